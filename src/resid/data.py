@@ -1,0 +1,134 @@
+"""Text that is on every machine, and the tokenizers that turn it into model input.
+
+Nothing here downloads: the default corpora ship with CPython itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sysconfig
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+
+def pydoc_text() -> str:
+    """The English documentation topics every CPython ships (``help('topics')``)."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def stdlib_source(max_chars: int = 20_000_000) -> str:
+    """Python source of the standard library: a large code corpus that is always offline."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts, total = [], 0
+    for path in sorted(root.rglob("*.py")):
+        if "site-packages" in path.parts or "test" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        parts.append(text)
+        total += len(text)
+        if total >= max_chars:
+            break
+    return "\n\n".join(parts)
+
+
+CORPORA: dict[str, Callable[[], str]] = {"pydoc": pydoc_text, "stdlib": stdlib_source}
+
+
+@cache
+def corpus(name: str) -> str:
+    """A corpus by name: one of ``CORPORA``, or ``hf:<dataset>[:<config>]`` via Hugging Face ``datasets``.
+
+    The ``hf:`` form concatenates the ``text`` column of the train split, and needs the dataset
+    hub or a local copy.
+    """
+    if name in CORPORA:
+        return CORPORA[name]()
+    if name.startswith("hf:"):
+        try:
+            import datasets
+        except ImportError:
+            raise ValueError(f"corpus {name!r} needs the `datasets` package") from None
+        dataset_name, _, config = name[3:].partition(":")
+        rows = datasets.load_dataset(dataset_name, config or None, split="train")
+        return "\n\n".join(rows["text"])
+    raise ValueError(f"unknown corpus {name!r}; choose one of {sorted(CORPORA)} or 'hf:<dataset>'")
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens: the vocabulary of the small models trained in this book."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer behind the same two calls as ``ByteTokenizer``.
+
+    ``add_special_tokens`` is on for encoders, which expect [CLS] ... [SEP].
+    """
+
+    def __init__(self, tokenizer, add_special_tokens: bool = False):
+        self.hf = tokenizer
+        self.add_special_tokens = add_special_tokens
+        self.vocab_size = len(tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf(text, add_special_tokens=self.add_special_tokens)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.hf.decode(ids)
+
+    def batch(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        """Padded ``(tokens, attention_mask)`` for a list of texts."""
+        out = self.hf(texts, add_special_tokens=self.add_special_tokens, padding=True, return_tensors="pt")
+        return out["input_ids"], out["attention_mask"]
+
+
+def token_ids(text: str, tokenizer, chunk_chars: int = 100_000) -> Tensor:
+    """Tokenize a long text in chunks (split on blank lines, so no word is cut in two)."""
+    ids: list[int] = []
+    start = 0
+    while start < len(text):
+        end = text.find("\n\n", start + chunk_chars)
+        end = len(text) if end == -1 else end
+        ids.extend(tokenizer.encode(text[start:end]))
+        start = end
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def windows(ids: Tensor, length: int, n: int, seed: int = 0) -> Tensor:
+    """``n`` non-overlapping windows of ``length`` tokens, chosen at random: ``[n, length]``."""
+    available = len(ids) // length
+    if n > available:
+        raise ValueError(f"asked for {n} windows of {length} tokens; the text holds {available}")
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randperm(available, generator=generator)[:n].sort().values * length
+    return torch.stack([ids[s : s + length] for s in starts.tolist()])
+
+
+def random_batch(ids: Tensor, batch_size: int, length: int, seed: int) -> Tensor:
+    """A training batch of ``length``-token windows at random offsets, determined by ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(ids) - length, (batch_size,), generator=generator)
+    return torch.stack([ids[s : s + length] for s in starts.tolist()])
+
+
+def train_val_split(ids: Tensor, val_fraction: float = 0.05) -> tuple[Tensor, Tensor]:
+    """The last ``val_fraction`` of the tokens is held out."""
+    cut = int(len(ids) * (1 - val_fraction))
+    return ids[:cut], ids[cut:]

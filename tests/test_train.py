@@ -1,0 +1,76 @@
+import math
+
+import pytest
+import torch
+
+import resid
+from resid.model import Config
+from resid.train import TrainConfig, lr_at, train
+
+TINY = TrainConfig(
+    model=Config(d_model=32, n_layers=2, n_heads=2, d_mlp=64, n_ctx=32),
+    steps=30, warmup_steps=5, batch_size=8, eval_every=10, eval_batches=2, checkpoint_every=10,
+)  # fmt: skip
+
+
+def test_tiny_run_learns_and_is_deterministic(monkeypatch, tmp_path):
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "a"))
+    first = train(TINY, progress=False)
+    losses = [row["train_loss"] for row in first.history]
+    assert len(losses) == TINY.steps
+    assert sum(losses[-5:]) / 5 < losses[0] - 1.0  # from ~ln 256 = 5.5 towards byte statistics
+    assert first.history[-1]["val_loss"] < math.log(256) - 1.0
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "b"))
+    second = train(TINY, progress=False)
+    assert [row["train_loss"] for row in second.history] == losses
+
+
+def test_interrupted_run_resumes_to_the_same_result(monkeypatch, tmp_path):
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "whole"))
+    whole = train(TINY, progress=False)
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "parts"))
+    partial = train(TINY, progress=False, stop_after=13)
+    assert len(partial.history) == 13
+    assert not list(partial.path.parent.glob("*.tmp"))  # checkpoints are renamed into place
+    resumed = train(TINY, progress=False)
+    assert [r["train_loss"] for r in resumed.history] == [r["train_loss"] for r in whole.history]
+    for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_finished_run_is_loaded_not_retrained(monkeypatch, tmp_path):
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    first = train(TINY, progress=False)
+    mtime = first.path.stat().st_mtime_ns
+    again = train(TINY, progress=False)
+    assert again.path.stat().st_mtime_ns == mtime
+    loaded = resid.load(str(first.path))
+    tokens = torch.randint(0, 256, (1, 32))
+    torch.testing.assert_close(loaded(tokens), first.model(tokens))
+
+
+def test_config_hash_changes_with_any_field():
+    assert TINY.key() != TrainConfig(**{**TINY.__dict__, "seed": 1}).key()
+    assert TINY.key() != TrainConfig(**{**TINY.__dict__, "model": Config(norm="basisfree")}).key()
+
+
+def test_warmup_then_cosine_schedule():
+    cfg = TrainConfig(lr=1.0, steps=110, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(cfg, 0) == pytest.approx(0.1)
+    assert lr_at(cfg, 9) == pytest.approx(1.0)
+    assert lr_at(cfg, 60) == pytest.approx(0.55)
+    assert lr_at(cfg, 110) == pytest.approx(0.1)
+
+
+def test_sgd_run_learns(monkeypatch, tmp_path):
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    cfg = TrainConfig(**{**TINY.__dict__, "optimizer": "sgd", "lr": 0.3, "weight_decay": 0.0})
+    losses = [row["train_loss"] for row in train(cfg, progress=False).history]
+    assert losses[-1] < losses[0] - 0.5
+
+
+def test_bad_training_config_is_a_clear_error():
+    with pytest.raises(ValueError, match="optimizer"):
+        TrainConfig(optimizer="adagrad")
+    with pytest.raises(ValueError, match="byte tokens"):
+        train(TrainConfig(model=Config(vocab_size=1000)), progress=False)
