@@ -1,0 +1,116 @@
+"""Execution plans: run a model's blocks in another order, skipped, repeated, or in parallel.
+
+A plan is data: a tuple of steps, each naming the blocks it runs. A step of one block runs it
+as usual; a step of several runs them all on the same input and averages their outputs
+(Sun et al. 2024, "Transformer Layers as Painters"); ``loops`` feeds that average back in.
+The paper's variants are small constructors below; ``run_plans`` runs many plans on one batch
+and computes each shared prefix once.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .model import Transformer
+
+
+@dataclass(frozen=True)
+class Step:
+    layers: tuple[int, ...]
+    loops: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.layers or self.loops < 1:
+            raise ValueError(f"a step needs at least one layer and loops >= 1, got {self}")
+
+
+Plan = tuple[Step, ...]
+
+
+def sequential(layers: list[int] | range) -> Plan:
+    return tuple(Step((i,)) for i in layers)
+
+
+def identity(n_layers: int) -> Plan:
+    return sequential(range(n_layers))
+
+
+def skip(n_layers: int, first: int, last: int) -> Plan:
+    """Drop blocks ``first..last`` (inclusive)."""
+    return sequential([i for i in range(n_layers) if not first <= i <= last])
+
+
+def middle_repeat(n_layers: int, first: int, last: int) -> Plan:
+    """Replace blocks ``first..last`` by as many runs of the centre block."""
+    centre = (first + last) // 2
+    return sequential([centre if first <= i <= last else i for i in range(n_layers)])
+
+
+def reverse(n_layers: int, first: int, last: int) -> Plan:
+    middle = list(range(first, last + 1))[::-1]
+    return sequential(list(range(first)) + middle + list(range(last + 1, n_layers)))
+
+
+def shuffle(n_layers: int, first: int, last: int, seed: int) -> Plan:
+    middle = list(range(first, last + 1))
+    random.Random(seed).shuffle(middle)
+    return sequential(list(range(first)) + middle + list(range(last + 1, n_layers)))
+
+
+def swap(n_layers: int, i: int) -> Plan:
+    """Exchange blocks ``i`` and ``i + 1``."""
+    order = list(range(n_layers))
+    order[i], order[i + 1] = order[i + 1], order[i]
+    return sequential(order)
+
+
+def parallel(n_layers: int, first: int, last: int, loops: int = 1) -> Plan:
+    """Blocks ``first..last`` all read the same input; their outputs are averaged (``loops`` times)."""
+    head, tail = sequential(range(first)), sequential(range(last + 1, n_layers))
+    return head + (Step(tuple(range(first, last + 1)), loops),) + tail
+
+
+def apply_step(model: Transformer, x: Tensor, step: Step, context: tuple) -> Tensor:
+    for _ in range(step.loops):
+        if len(step.layers) == 1:
+            x = model.blocks[step.layers[0]](x, *context)
+        else:
+            x = torch.stack([model.blocks[i](x, *context) for i in step.layers]).mean(0)
+    return x
+
+
+@torch.no_grad()
+def run_plan(model: Transformer, tokens: Tensor, plan: Plan, attention_mask: Tensor | None = None) -> Tensor:
+    """The model's output when its blocks execute as ``plan`` says."""
+    return run_plans(model, tokens, [plan], attention_mask)[0]
+
+
+@torch.no_grad()
+def run_plans(
+    model: Transformer, tokens: Tensor, plans: list[Plan], attention_mask: Tensor | None = None
+) -> list[Tensor]:
+    """Outputs of several plans on one batch, each distinct prefix of steps computed once.
+
+    Plans are run in sorted order, so a plan's longest already-computed prefix is usually the
+    previous plan's; only the residual states along that path are kept.
+    """
+    context = model.context(tokens.shape[1], attention_mask)
+    embedded = model.embed_tokens(tokens)
+    outputs: dict[int, Tensor] = {}
+    path: list[tuple[Step, Tensor]] = []  # the steps of the last plan and the state after each
+    for index in sorted(range(len(plans)), key=lambda i: [(s.layers, s.loops) for s in plans[i]]):
+        plan = plans[index]
+        shared = 0
+        while shared < min(len(path), len(plan)) and path[shared][0] == plan[shared]:
+            shared += 1
+        del path[shared:]
+        x = path[-1][1] if path else embedded
+        for step in plan[shared:]:
+            x = apply_step(model, x, step, context)
+            path.append((step, x))
+        outputs[index] = model.head(x)
+    return [outputs[i] for i in range(len(plans))]
