@@ -74,3 +74,44 @@ def test_bad_training_config_is_a_clear_error():
         TrainConfig(optimizer="adagrad")
     with pytest.raises(ValueError, match="byte tokens"):
         train(TrainConfig(model=Config(vocab_size=1000)), progress=False)
+
+
+def _ddp_worker(rank: int, world: int, port: int, cache: str, cfg: TrainConfig) -> None:
+    import os
+
+    os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RESID_CACHE": cache}
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        train(cfg, progress=False, device=torch.device("cpu"))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_single_process(monkeypatch, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = TrainConfig(**{**TINY.__dict__, "steps": 12, "eval_every": 6, "checkpoint_every": 6})
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, port, str(tmp_path / "ddp"), cfg), nprocs=2)
+    ddp = torch.load(tmp_path / "ddp" / "runs" / f"{cfg.key()}.pt", weights_only=False)
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "single"))
+    single = train(cfg, progress=False, device=torch.device("cpu"))
+    assert ddp["step"] == 12
+    losses = [r["train_loss"] for r in ddp["history"]]
+    assert losses == pytest.approx([r["train_loss"] for r in single.history], rel=1e-4)
+    for name, value in single.model.state_dict().items():
+        torch.testing.assert_close(ddp["model"][name], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("optimizer", ["rotated_adamw", "muon", "soap"])
+def test_every_optimizer_trains_the_model(monkeypatch, tmp_path, optimizer):
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    cfg = TrainConfig(**{**TINY.__dict__, "optimizer": optimizer, "lr": 1e-2})
+    first = [row["train_loss"] for row in train(cfg, progress=False).history]
+    assert first[-1] < first[0] - 0.5
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "again"))
+    assert [row["train_loss"] for row in train(cfg, progress=False).history] == first

@@ -138,7 +138,7 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # each head's output before W_O: [batch, pos, head, d_head]
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor | None) -> Tensor:
         cfg, (b, t, _) = self.cfg, x.shape
         q = self.hook_q(self.W_Q(x).view(b, t, cfg.n_heads, cfg.head_dim))
         k = self.hook_k(self.W_K(x).view(b, t, cfg.kv_heads, cfg.head_dim))
@@ -150,10 +150,13 @@ class Attention(nn.Module):
         if group > 1:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if self.hook_pattern.has_hooks():
+            if mask is None:
+                mask = additive_mask(t, cfg.causal, None, q.dtype, q.device)
             scores = q @ k.transpose(-1, -2) / math.sqrt(cfg.head_dim) + mask
             z = self.hook_pattern(scores.softmax(-1)) @ v
         else:  # the fused kernel is faster, but never materialises the pattern
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            causal = mask is None and cfg.causal
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         z = self.hook_z(z.transpose(1, 2))
         return self.W_O(z.reshape(b, t, -1))
 
@@ -192,7 +195,7 @@ class Block(nn.Module):
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor | None) -> Tensor:
         x = self.hook_resid_pre(x)
         if self.post_norm:
             attn_out = self.hook_attn_out(self.attn(self.hook_attn_in(x), rope, mask))
@@ -205,6 +208,19 @@ class Block(nn.Module):
         mlp_in = self.hook_mlp_in(read(self.ln2(x), self.R_mlp_in))
         mlp_out = self.hook_mlp_out(write(self.mlp(mlp_in), self.R_mlp_out))
         return self.hook_resid_post(x + mlp_out)
+
+
+def additive_mask(
+    n: int, causal: bool, attention_mask: Tensor | None, dtype: torch.dtype, device: torch.device
+) -> Tensor:
+    """``[batch or 1, 1, query, key]``: 0 where attention may look, a large negative elsewhere."""
+    blocked = torch.zeros(1, 1, n, n, dtype=torch.bool, device=device)
+    if causal:
+        blocked = blocked | torch.ones_like(blocked).triu(1)
+    if attention_mask is not None:
+        blocked = blocked | (attention_mask[:, None, None, :] == 0)
+    # A large finite number rather than -inf, so a fully padded row gives zeros, not NaN.
+    return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
 
 
 def read(x: Tensor, rotation: Tensor | None) -> Tensor:
@@ -283,18 +299,13 @@ class Transformer(nn.Module):
     def context(self, n_positions: int, attention_mask: Tensor | None = None) -> tuple:
         """What every block needs besides the residual: rotary tables and the additive mask.
 
-        ``attention_mask`` is ``[batch, pos]`` with 1 for real tokens and 0 for padding.
+        ``attention_mask`` is ``[batch, pos]`` with 1 for real tokens and 0 for padding. Without
+        padding the mask is None, and attention uses the fused causal kernel.
         """
         dtype, device = self.embed.weight.dtype, self.embed.weight.device
-        blocked = torch.zeros(1, 1, n_positions, n_positions, dtype=torch.bool, device=device)
-        if self.cfg.causal:
-            blocked = blocked | torch.ones_like(blocked).triu(1)
+        mask = None
         if attention_mask is not None:
-            blocked = blocked | (attention_mask[:, None, None, :] == 0)
-        # A large finite number rather than -inf, so a fully padded row gives zeros, not NaN.
-        mask = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(
-            blocked, torch.finfo(dtype).min
-        )
+            mask = additive_mask(n_positions, self.cfg.causal, attention_mask, dtype, device)
         rope = None
         if self.cfg.positional == "rotary":
             rope = (self.rope_cos[:n_positions].to(dtype), self.rope_sin[:n_positions].to(dtype))
@@ -316,8 +327,7 @@ class Transformer(nn.Module):
 
     def loss(self, tokens: Tensor) -> Tensor:
         """Mean next-token cross-entropy in nats."""
-        logits = self(tokens[:, :-1])
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+        return next_token_loss(self(tokens[:, :-1]), tokens)
 
     # --- hooks and caches ---
 
@@ -388,6 +398,11 @@ class Transformer(nn.Module):
 
         output = self.run_with_hooks(tokens, [(name, store) for name in wanted], **kwargs)
         return output, cache
+
+
+def next_token_loss(logits: Tensor, tokens: Tensor) -> Tensor:
+    """Cross-entropy of ``logits`` (for ``tokens[:, :-1]``) against ``tokens[:, 1:]``."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
 
 
 def _adapt(fn: HookFn) -> Callable:

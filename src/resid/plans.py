@@ -10,7 +10,9 @@ and computes each shared prefix once.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -91,16 +93,23 @@ def run_plan(model: Transformer, tokens: Tensor, plan: Plan, attention_mask: Ten
 
 @torch.no_grad()
 def run_plans(
-    model: Transformer, tokens: Tensor, plans: list[Plan], attention_mask: Tensor | None = None
-) -> list[Tensor]:
+    model: Transformer,
+    tokens: Tensor,
+    plans: list[Plan],
+    attention_mask: Tensor | None = None,
+    readout: Callable[[Tensor], Any] | None = None,
+) -> list[Any]:
     """Outputs of several plans on one batch, each distinct prefix of steps computed once.
+
+    ``readout`` maps the final residual to what is kept (default: the model's logits); keeping
+    only what is needed (a few positions' log-probs) keeps a sweep of many plans in memory.
 
     Plans are run in sorted order, so a plan's longest already-computed prefix is usually the
     previous plan's; only the residual states along that path are kept.
     """
     context = model.context(tokens.shape[1], attention_mask)
     embedded = model.embed_tokens(tokens)
-    outputs: dict[int, Tensor] = {}
+    outputs: dict[int, Any] = {}
     path: list[tuple[Step, Tensor]] = []  # the steps of the last plan and the state after each
     for index in sorted(range(len(plans)), key=lambda i: [(s.layers, s.loops) for s in plans[i]]):
         plan = plans[index]
@@ -112,5 +121,5 @@ def run_plans(
         for step in plan[shared:]:
             x = apply_step(model, x, step, context)
             path.append((step, x))
-        outputs[index] = model.head(x)
+        outputs[index] = (readout or model.head)(x)
     return [outputs[i] for i in range(len(plans))]

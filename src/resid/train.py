@@ -3,6 +3,11 @@
 A run writes a checkpoint every ``checkpoint_every`` steps (to a temp file, then renamed, so an
 interrupted run never leaves a corrupt file) and resumes from it when called again. A finished
 run is loaded, not retrained.
+
+The same entry point runs on a GPU when there is one, and data-parallel under torchrun:
+
+    python -m resid.train --preset tiny-basisfree
+    torchrun --nproc_per_node=8 -m resid.train --preset paper-200m
 """
 
 from __future__ import annotations
@@ -20,16 +25,18 @@ from tqdm import tqdm
 
 from .data import ByteTokenizer, corpus, random_batch, token_ids, train_val_split
 from .loaders import cache_dir
-from .model import Config, Transformer
+from .model import Config, Transformer, next_token_loss
+from .optim import RotatedAdamW
+from .stats import haar_rotation, kurtosis_metric
 
-OPTIMIZERS = ("adamw", "sgd")
+OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "muon", "soap")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     model: Config = field(default_factory=Config)
     corpus: str = "pydoc"
-    optimizer: str = "adamw"
+    optimizer: str = "adamw"  # adamw | sgd | rotated_adamw | muon (+AdamW off the blocks) | soap
     lr: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
@@ -61,6 +68,18 @@ class TrainConfig:
 PRESETS: dict[str, TrainConfig] = {
     "tiny-layernorm": TrainConfig(steps=300),
     "tiny-basisfree": TrainConfig(model=Config(norm="basisfree"), steps=300),
+    # The scale of Elhage et al.'s model (d_model 1280, about 200M parameters with a BPE
+    # vocabulary), for a GPU machine under torchrun; with byte tokens it has 197M parameters.
+    "paper-200m": TrainConfig(
+        model=Config(d_model=1280, n_layers=10, n_heads=20, d_mlp=5120, n_ctx=1024, norm="basisfree"),
+        steps=30_000,
+        warmup_steps=1000,
+        batch_size=64,
+        lr=6e-4,
+        corpus="stdlib",
+        eval_every=1000,
+        checkpoint_every=1000,
+    ),
 }
 
 
@@ -80,99 +99,210 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def make_optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.Optimizer:
-    matrices = [p for p in model.parameters() if p.dim() >= 2]
-    others = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": matrices, "weight_decay": cfg.weight_decay}, {"params": others, "weight_decay": 0.0}]
+class Optimizers:
+    """Several optimisers stepped as one: Muon takes the blocks' matrices, AdamW the rest."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for o in self.optimizers for group in o.param_groups]
+
+    def step(self) -> None:
+        for o in self.optimizers:
+            o.step()
+
+    def zero_grad(self) -> None:
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> list[dict]:
+        return [o.state_dict() for o in self.optimizers]
+
+    def load_state_dict(self, states: list[dict]) -> None:
+        for o, state in zip(self.optimizers, states, strict=True):
+            o.load_state_dict(state)
+
+
+def make_optimizer(model: Transformer, cfg: TrainConfig) -> Optimizers:
+    """Weight decay on matrices only. Every group remembers its base learning rate, which the
+    schedule scales."""
+    named = list(model.named_parameters())
+    in_blocks = [p for n, p in named if n.startswith("blocks.") and p.dim() == 2]
+    matrices = [p for n, p in named if p.dim() >= 2]
+    others = [p for n, p in named if p.dim() < 2]
+
+    def groups(params_decayed: list, params_plain: list) -> list[dict]:
+        return [{"params": params_decayed, "weight_decay": cfg.weight_decay},
+                {"params": params_plain, "weight_decay": 0.0}]  # fmt: skip
+
+    adam = {"lr": cfg.lr, "betas": cfg.betas, "eps": cfg.eps}
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
-    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        optimizers = [torch.optim.AdamW(groups(matrices, others), **adam)]
+    elif cfg.optimizer == "sgd":
+        optimizers = [torch.optim.SGD(groups(matrices, others), lr=cfg.lr, momentum=cfg.momentum)]
+    elif cfg.optimizer == "rotated_adamw":
+        optimizers = [RotatedAdamW(groups(matrices, others), seed=cfg.seed, **adam)]
+    elif cfg.optimizer == "soap":
+        from pytorch_optimizer import SOAP
+
+        optimizers = [SOAP(groups(matrices, others), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)]
+    else:  # muon: orthogonalised momentum for hidden matrices, scaled to AdamW's update size
+        block_ids = {id(p) for p in in_blocks}
+        rest = [p for p in matrices if id(p) not in block_ids]
+        muon = torch.optim.Muon(
+            in_blocks, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=0.95, adjust_lr_fn="match_rms_adamw"
+        )
+        optimizers = [muon, torch.optim.AdamW(groups(rest, others), **adam)]
+    for o in optimizers:
+        for group in o.param_groups:
+            group["base_lr"] = group["lr"]
+    return Optimizers(optimizers)
 
 
 @torch.no_grad()
-def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> float:
-    """Held-out loss on a fixed set of batches (the same ones at every evaluation)."""
+def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
+    """Held-out loss on a fixed set of batches (the same ones at every evaluation), and the
+    privileged-basis statistics of the residual stream on the first of them: per layer
+    boundary, the kurtosis metric, its value after one fixed random rotation, and the kurtosis
+    of what the MLPs read (their computation basis, which differs under built-in rotations)."""
     model.eval()
-    losses = [
-        model.loss(random_batch(ids, cfg.batch_size, cfg.model.n_ctx + 1, seed=10_000 + i)).item()
+    batches = [
+        random_batch(ids, cfg.batch_size, cfg.model.n_ctx + 1, seed=10_000 + i)
         for i in range(cfg.eval_batches)
     ]
+    losses = [model.loss(batch.to(ids.device)).item() for batch in batches]
+    probe = batches[0][:, :-1].to(ids.device)
+    names = model.resid_names() + [f"blocks.{i}.hook_mlp_in" for i in range(cfg.model.n_layers)]
+    _, cache = model.run_with_cache(probe, names)
+    resid = [cache[n].flatten(0, 1).float() for n in model.resid_names()]
+    rotation = haar_rotation(cfg.model.d_model, seed=12345).to(ids.device)
     model.train()
-    return sum(losses) / len(losses)
+    return {
+        "val_loss": sum(losses) / len(losses),
+        "kurtosis": [kurtosis_metric(r) for r in resid],
+        "kurtosis_rotated": [kurtosis_metric(r @ rotation) for r in resid],
+        "kurtosis_mlp_in": [kurtosis_metric(cache[n]) for n in names[len(resid) :]],
+        "max_abs_over_rms": [(r.abs().max() / r.pow(2).mean().sqrt()).item() for r in resid],
+    }
 
 
 def corpus_ids(cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
     return train_val_split(token_ids(corpus(cfg.corpus), ByteTokenizer()))
 
 
-def train(cfg: TrainConfig, progress: bool = True, stop_after: int | None = None) -> TrainResult:
+def _distributed() -> tuple[int, int]:
+    """(rank, world size): (0, 1) unless running under torchrun with a process group."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def train(
+    cfg: TrainConfig, progress: bool = True, stop_after: int | None = None, device: torch.device | None = None
+) -> TrainResult:
     """Train (or resume, or just load) the run described by ``cfg``.
 
     ``stop_after`` ends this call after that many steps, checkpointed; the next call resumes.
+    Under torchrun every process takes its share of each batch and DDP averages the gradients,
+    so the run matches a single-process one up to float summation order.
     """
     if cfg.model.vocab_size != ByteTokenizer.vocab_size:
         raise ValueError("the trainer uses byte tokens: set Config(vocab_size=256)")
+    rank, world = _distributed()
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size={cfg.batch_size} does not split over {world} processes")
+    device = device or default_device()
     path = cache_dir() / "runs" / f"{cfg.key()}.pt"
     torch.manual_seed(cfg.seed)
-    model = Transformer(cfg.model)
+    model = Transformer(cfg.model).to(device)
     optimizer = make_optimizer(model, cfg)
     history: list[dict] = []
     step = 0
     if path.exists():
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         history, step = state["history"], state["step"]
     if step < cfg.steps:
         train_ids, val_ids = corpus_ids(cfg)
+        forward = model
+        if world > 1:
+            forward = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device] if device.type == "cuda" else None
+            )
         last = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
         model.train()
-        bar = tqdm(range(step, last), initial=step, total=cfg.steps, disable=not progress, desc=cfg.key()[:8])
+        bar = tqdm(range(step, last), initial=step, total=cfg.steps, disable=not progress or rank != 0,
+                   desc=cfg.key()[:8])  # fmt: skip
         try:
             for step in bar:
-                history.append(_train_step(model, optimizer, train_ids, cfg, step))
+                history.append(
+                    _train_step(forward, model, optimizer, train_ids, cfg, step, rank, world, device)
+                )
                 done = step + 1
                 if done % cfg.eval_every == 0 or done == cfg.steps:
-                    history[-1]["val_loss"] = evaluate(model, val_ids, cfg)
+                    history[-1] |= evaluate(model, val_ids.to(device), cfg)
                 bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}")
                 if done % cfg.checkpoint_every == 0 or done == last:
-                    _save(path, model, optimizer, history, done, cfg)
+                    _save(path, model, optimizer, history, done, cfg, rank)
         except KeyboardInterrupt:
-            _save(path, model, optimizer, history, len(history), cfg)
+            _save(path, model, optimizer, history, len(history), cfg, rank)
             raise
     model.eval()
     model.tokenizer = ByteTokenizer()
     return TrainResult(model, history, cfg, path)
 
 
-def _train_step(model, optimizer, ids, cfg: TrainConfig, step: int) -> dict:
-    lr = lr_at(cfg, step)
+def _train_step(
+    forward, model, optimizer, ids, cfg: TrainConfig, step: int, rank: int, world: int, device
+) -> dict:
+    factor = lr_at(cfg, step) / cfg.lr
     for group in optimizer.param_groups:
-        group["lr"] = lr
-    # The batch depends only on (seed, step), so a resumed run sees exactly the batches it would have.
+        group["lr"] = group["base_lr"] * factor
+    # The batch depends only on (seed, step), so a resumed run sees exactly the batches it would
+    # have; each process takes every world-th row of it.
     batch = random_batch(ids, cfg.batch_size, cfg.model.n_ctx + 1, seed=cfg.seed * 1_000_003 + step)
-    loss = model.loss(batch)
-    optimizer.zero_grad(set_to_none=True)
+    batch = batch[rank::world].to(device)
+    logits = forward(batch[:, :-1])
+    loss = next_token_loss(logits, batch)
+    optimizer.zero_grad()
     loss.backward()
     if cfg.grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     optimizer.step()
-    return {"step": step + 1, "lr": lr, "train_loss": loss.item()}
+    if world > 1:  # report the global batch's loss, as one process would
+        loss = loss.detach().clone()
+        torch.distributed.all_reduce(loss)
+        loss /= world
+    return {"step": step + 1, "lr": factor * cfg.lr, "train_loss": loss.item()}
 
 
-def _save(path: Path, model, optimizer, history: list[dict], step: int, cfg: TrainConfig) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "history": history,
-        "step": step,
-        "config": asdict(cfg),
-    }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+def _save(
+    path: Path, model, optimizer, history: list[dict], step: int, cfg: TrainConfig, rank: int = 0
+) -> None:
+    if rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "history": history,
+            "step": step,
+            "config": asdict(cfg),
+        }
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        os.close(fd)
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    if _distributed()[1] > 1:
+        torch.distributed.barrier()
 
 
 def config_from_dict(d: dict) -> TrainConfig:
@@ -195,3 +325,29 @@ def load_trained(name: str) -> Transformer:
     model.load_state_dict(state["model"])
     model.tokenizer = ByteTokenizer()
     return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m resid.train --preset NAME [field=value ...]``, or the same under torchrun."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m resid.train", description=main.__doc__)
+    parser.add_argument("--preset", default="tiny-layernorm", choices=sorted(PRESETS))
+    parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE", help="e.g. lr=1e-2 steps=2000")
+    args = parser.parse_args(argv)
+    cfg = PRESETS[args.preset]
+    from .book import parse_parameters
+
+    cfg = replace(cfg, **parse_parameters(args.overrides))
+    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    result = train(cfg)
+    if _distributed()[0] == 0:
+        val = result.history[-1].get("val_loss", float("nan"))
+        print(f"{cfg.key()}: final val loss {val:.4f} -> {result.path}")
+    if _distributed()[1] > 1:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Optimisers for the privileged-basis experiments.
+
+Elhage et al. (2023) suspect Adam's per-coordinate normaliser of choosing the basis. They
+proposed, and did not run, two tests: train with a basis-free optimiser (SGD), and train with
+Adam whose moments live in a rotated basis. ``RotatedAdamW`` is the second; Muon and SOAP, whose
+updates do not single out coordinates the way Adam's do, are the modern cousins.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .stats import haar_rotation
+
+
+class RotatedAdamW(torch.optim.Optimizer):
+    """AdamW whose moment estimates live in a fixed random basis.
+
+    For a matrix W (``[out, in]``) with fixed rotations P (out x out) and Q (in x in), the
+    gradient is carried into the rotated basis, ``G' = P^T G Q``; Adam's moments and its
+    per-coordinate normalisation act there; the update is carried back, ``U = P U' Q^T``. A
+    vector uses one rotation. With identity rotations this is exactly ``torch.optim.AdamW``.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        seed: int = 0,
+        identity: bool = False,  # for testing: no rotation at all
+    ):
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
+        self.seed, self.identity = seed, identity
+
+    def _rotations(self, p: Tensor, index: int) -> list[Tensor]:
+        shapes = [p.shape[0]] if p.dim() == 1 else [p.shape[0], p.shape[1]]
+        if self.identity:
+            return [torch.eye(n, dtype=p.dtype, device=p.device) for n in shapes]
+        return [
+            haar_rotation(n, self.seed * 7919 + 2 * index + k, p.dtype).to(p.device)
+            for k, n in enumerate(shapes)
+        ]
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None if closure is None else closure()
+        index = 0
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                index += 1
+                if p.grad is None:
+                    continue
+                if p.dim() > 2:
+                    raise ValueError("RotatedAdamW handles vectors and matrices only")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["rotations"] = self._rotations(p, index)
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                rotations = state["rotations"]
+                grad = _into(p.grad, rotations)
+                state["step"] += 1
+                state["exp_avg"].lerp_(grad, 1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                bias1 = 1 - beta1 ** state["step"]
+                bias2 = 1 - beta2 ** state["step"]
+                denom = (state["exp_avg_sq"] / bias2).sqrt_().add_(group["eps"])
+                update = _out_of(state["exp_avg"] / bias1 / denom, rotations)
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(update, alpha=-group["lr"])
+        return loss
+
+
+def _into(x: Tensor, rotations: list[Tensor]) -> Tensor:
+    if len(rotations) == 1:
+        return rotations[0].T @ x
+    return rotations[0].T @ x @ rotations[1]
+
+
+def _out_of(x: Tensor, rotations: list[Tensor]) -> Tensor:
+    if len(rotations) == 1:
+        return rotations[0] @ x
+    return rotations[0] @ x @ rotations[1].T

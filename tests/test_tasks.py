@@ -1,0 +1,141 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from resid import plans, tasks
+from resid.data import ByteTokenizer
+from resid.model import Config, Transformer
+
+TOKENIZER = ByteTokenizer()
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    torch.manual_seed(0)
+    model = Transformer(Config(d_model=32, n_layers=4, n_heads=4, d_mlp=64, n_ctx=512)).eval()
+    model.tokenizer = TOKENIZER
+    return model
+
+
+def test_packed_task_targets_are_the_answers():
+    items = [("1+2=", "3"), ("4+4=", "8"), ("10+5=", "15")]
+    task = tasks.packed_task("add", tasks.STEPWISE, "", 0.1, [("0+0=", "0")], items, TOKENIZER, per_row=2)
+    assert task.tokens.shape[0] == 2 and task.n_items == 3
+    # Each target is the token that actually follows its prediction position.
+    assert torch.equal(task.tokens[task.rows, task.positions + 1], task.targets)
+    answers = ["".join(chr(t) for t in task.targets[task.group == k].tolist()) for k in range(3)]
+    assert answers == ["3", "8", "15"]
+    assert TOKENIZER.decode(task.tokens[0].tolist()).startswith("0+0=0\n1+2=3\n4+4=8\n")
+
+
+def test_scores_of_each_kind():
+    task = tasks.packed_task("t", tasks.STEPWISE, "", 0.1, [], [("a", "xy"), ("b", "z")], TOKENIZER)
+    hits = torch.tensor([True, True, False])  # item 0 both tokens right, item 1 wrong
+    assert task.score(torch.zeros(3), hits) == 0.5
+    windows = torch.randint(0, 256, (2, 9))
+    loss = tasks.perplexity_task(windows, 256)
+    assert loss.score(torch.full((16,), -math.log(7.0)), torch.ones(16, dtype=torch.bool)) == pytest.approx(
+        7.0
+    )
+    assert loss.normalised(256.0, 7.0) == pytest.approx(0.0) and loss.normalised(7.0, 7.0) == pytest.approx(
+        1.0
+    )
+
+
+def test_choice_task_picks_the_most_likely_option():
+    text = "\n\n".join(
+        f"Sentence number {i} talks about a topic at some length and in quite some careful detail."
+        for i in range(40)
+    )
+    task = tasks.continuation_task(text, TOKENIZER, n_items=5, n_options=3, context=10, continuation=4)
+    assert task.n_items == 5 and task.tokens.shape == (15, 14)
+    per_option = torch.zeros(15)
+    per_option[::3] = 1.0  # the true option (first of each item) most likely
+    logprob = per_option[task.group] - 5
+    assert task.score(logprob, torch.ones_like(logprob, dtype=torch.bool)) == 1.0
+    assert task.score(-logprob, torch.ones_like(logprob, dtype=torch.bool)) == 0.0
+
+
+def test_word_recall_targets_occurred_earlier():
+    text = "The kernel loads the module. " * 30
+    windows = torch.tensor([TOKENIZER.encode(text)[:200]])
+    with pytest.raises(ValueError, match="recall items"):
+        tasks.word_recall_task(windows, TOKENIZER, n_items=5)  # bytes are never " word" tokens
+
+
+def test_score_plans_matches_a_direct_computation(decoder):
+    windows = torch.randint(0, 256, (3, 40), generator=torch.Generator().manual_seed(0))
+    task = tasks.perplexity_task(windows, 256)
+    items = [(f"{a}+{a}=", str(2 * a)) for a in range(12)]
+    packed = tasks.packed_task("double", tasks.STEPWISE, "", 0.1, [], items, TOKENIZER, per_row=5)
+    skip = plans.skip(4, 1, 2)
+    scores = tasks.score_plans(decoder, [task, packed], [plans.identity(4), skip], batch_rows=2)
+    with torch.no_grad():
+        logits = decoder(windows)
+        expected = F.cross_entropy(logits[:, :-1].reshape(-1, 256), windows[:, 1:].reshape(-1)).exp().item()
+        assert scores[0]["perplexity"] == pytest.approx(expected, rel=1e-5)
+        skipped = plans.run_plan(decoder, windows, skip)
+        expected = F.cross_entropy(skipped[:, :-1].reshape(-1, 256), windows[:, 1:].reshape(-1)).exp().item()
+        assert scores[1]["perplexity"] == pytest.approx(expected, rel=1e-5)
+        hits = decoder(packed.tokens)[packed.rows, packed.positions].argmax(-1) == packed.targets
+    assert scores[0]["double"] == pytest.approx(packed.score(torch.zeros(len(hits)), hits))
+
+
+def test_stepwise_items_have_correct_answers():
+    items = tasks.stepwise_items(20, seed=1)
+    for prompt, answer in items["addition"][2]:
+        a, b = prompt.rstrip("=").split("+")
+        assert int(answer) == int(a) + int(b)
+    for prompt, answer in items["reverse list"][2]:
+        assert answer.split() == prompt.removesuffix(" ->").split()[::-1]
+    for prompt, answer in items["counting"][2]:
+        assert int(answer) == prompt.count("x")
+
+
+def test_encoder_plans_respect_the_attention_mask():
+    torch.manual_seed(0)
+    cfg = Config(d_model=32, n_layers=4, n_heads=4, d_mlp=64, n_ctx=64, causal=False, post_norm=True,
+                 embed_norm=True, bias=True, lm_head=False, tie_embeddings=False)  # fmt: skip
+    encoder = Transformer(cfg).eval()
+
+    class Batcher:  # a byte tokenizer that pads, like HFTokenizer.batch
+        def batch(self, texts):
+            ids = [list(t.encode()) for t in texts]
+            length = max(map(len, ids))
+            tokens = torch.tensor([i + [0] * (length - len(i)) for i in ids])
+            mask = torch.tensor([[1] * len(i) + [0] * (length - len(i)) for i in ids])
+            return tokens, mask
+
+    encoder.tokenizer = Batcher()
+    variants = [plans.identity(4), plans.parallel(4, 1, 2, loops=2), plans.reverse(4, 1, 2)]
+    short = "a short one"
+    together = tasks.embed_under_plans(encoder, [short, "a much longer sentence than the first"], variants)
+    alone = tasks.embed_under_plans(encoder, [short], variants)
+    for a, b in zip(together, alone, strict=True):
+        torch.testing.assert_close(a[:1], b, rtol=1e-5, atol=1e-5)
+
+
+class Request:
+    def __init__(self, *args):
+        self.args = args
+
+
+def test_lm_eval_adapter_scores_agree_with_the_model(decoder):
+    from resid.lm_eval_adapter import PlanLM
+
+    lm = PlanLM(decoder, plans.reverse(4, 1, 2))
+    context, continuation = "abc", "de"
+    ((total, greedy),) = lm.loglikelihood([Request(context, continuation)])
+    ids = torch.tensor([list(b"abcde")])
+    logprobs = F.log_softmax(plans.run_plan(decoder, ids, lm.plan)[0], -1)
+    expected = (logprobs[2, ord("d")] + logprobs[3, ord("e")]).item()
+    assert total == pytest.approx(expected, abs=1e-4)
+    assert greedy == bool(logprobs[2].argmax() == ord("d") and logprobs[3].argmax() == ord("e"))
+    (rolling,) = lm.loglikelihood_rolling([Request("abcde")])
+    assert rolling == pytest.approx(
+        expected + logprobs[0, ord("b")].item() + logprobs[1, ord("c")].item(), abs=1e-4
+    )
+    (text,) = lm.generate_until([Request("abc", {"until": ["\n"], "max_gen_toks": 5})])
+    assert len(text) <= 5 and "\n" not in text
