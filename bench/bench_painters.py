@@ -17,7 +17,7 @@ import resid
 from resid import plans, tasks
 
 
-def chapter_plans(T: int, n_grid=(4, 8, 12), n_shuffles: int = 10, max_loops: int = 5) -> list:
+def chapter_plans(T: int, n_grid=(4, 8, 12), n_shuffles: int = 10, max_loops: int = 8) -> list:
     out = []
     for n in n_grid:
         first, last = n, T - n - 1
@@ -31,12 +31,13 @@ def chapter_plans(T: int, n_grid=(4, 8, 12), n_shuffles: int = 10, max_loops: in
 
 def layer_evaluations(plan_list: list, shared: bool) -> int:
     """Block calls per row of tokens: what prefix sharing saves, independent of the machine."""
+    unrolled = [[s.layers for s in plan for _ in range(s.loops)] for plan in plan_list]
     total, previous = 0, []
-    for plan in sorted(plan_list, key=lambda p: [(s.layers, s.loops) for s in p]) if shared else plan_list:
+    for plan in sorted(unrolled) if shared else unrolled:
         common = 0
         while shared and common < min(len(plan), len(previous)) and plan[common] == previous[common]:
             common += 1
-        total += sum(len(s.layers) * s.loops for s in plan[common:])
+        total += sum(len(layers) for layers in plan[common:])
         previous = plan
     return total
 

@@ -83,3 +83,13 @@ def test_quick_chapters_execute_and_the_book_builds_offline(tmp_path):
         external = re.findall(r'<(?:script|link|img)[^>]+(?:src|href)="(https?://[^"]+)"', text)
         assert not external, f"{path.name} loads {external}"
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "notebooks" / "drafts").glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem
+)
+def test_draft_chapters_run_in_quick_mode(tmp_path, path):
+    name = path.stem.split("_", 1)[1]
+    out = book.run_chapter(name, {"quick": True}, out_dir=tmp_path, progress=False, notebooks=path.parent)
+    assert (tmp_path / f"{name}.json").exists() and out.exists()

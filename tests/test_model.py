@@ -156,3 +156,16 @@ def test_residual_stream_matches_the_cached_hook_points():
     expected = torch.stack([cache[name] for name in model.resid_names()]).flatten(1, 2)
     assert stream.shape == (4, 32, 32)
     torch.testing.assert_close(stream, expected)
+
+
+def test_folding_layernorm_centres_writes_and_keeps_the_function():
+    model = tiny(norm="layernorm").double()
+    with torch.no_grad():
+        for norm in [model.ln_final] + [b.ln1 for b in model.blocks] + [b.ln2 for b in model.blocks]:
+            norm.weight.uniform_(0.3, 3.0)
+    folded = fold_norm_gains(model)
+    torch.testing.assert_close(folded(TOKENS), model(TOKENS), rtol=0, atol=1e-10)
+    _, cache = folded.run_with_cache(TOKENS, folded.resid_names())
+    assert all(cache[n].mean(-1).abs().max() < 1e-10 for n in folded.resid_names())  # a centred stream
+    rotated = rotate_residual(folded, haar_rotation(32, seed=3, dtype=torch.float64))
+    torch.testing.assert_close(rotated(TOKENS), model(TOKENS), rtol=0, atol=1e-10)

@@ -434,15 +434,27 @@ def _rebuild(model: Transformer, cfg: Config, state: dict[str, Tensor]) -> Trans
 
 
 def fold_norm_gains(model: Transformer) -> Transformer:
-    """A copy with every RMSNorm's per-channel gain multiplied into the matrices that read it.
+    """A copy with every norm's per-channel gain multiplied into the matrices that read it.
 
     The norms become basis-free (one scalar gain of 1) and the function is unchanged, which is
-    what makes the residual stream rotatable (the first step of QuaRot and SpinQuant).
+    what makes the residual stream rotatable (the first step of QuaRot and SpinQuant). A
+    LayerNorm's mean subtraction is removed too: every write to the residual is centred
+    instead, so the stream always has zero mean and the norm reduces to an RMS norm.
     """
     cfg = model.cfg
-    if cfg.norm != "rmsnorm" or cfg.post_norm or cfg.rotation != "none":
-        raise ValueError("fold_norm_gains needs a pre-norm RMSNorm model without built-in rotations")
+    if cfg.norm == "basisfree" or cfg.post_norm or cfg.rotation != "none":
+        raise ValueError("fold_norm_gains needs a pre-norm LayerNorm or RMSNorm model without rotations")
+    if cfg.norm == "layernorm" and cfg.bias:
+        raise ValueError("folding a LayerNorm with biases is not supported")
     state = _full_state(model)
+    if cfg.norm == "layernorm":
+        for key in ("embed.weight", "pos_embed.weight"):  # rows are residual vectors
+            if key in state:
+                state[key] = state[key] - state[key].mean(-1, keepdim=True)
+        for i in range(cfg.n_layers):
+            for writer in WRITE_WEIGHTS:  # [d_model, in]: centre each output column
+                weight = state[f"blocks.{i}.{writer}.weight"]
+                state[f"blocks.{i}.{writer}.weight"] = weight - weight.mean(0, keepdim=True)
     for i in range(cfg.n_layers):
         for norm, readers in (("ln1", READ_WEIGHTS[:3]), ("ln2", READ_WEIGHTS[3:])):
             gain = state.pop(f"blocks.{i}.{norm}.weight")

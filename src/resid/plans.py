@@ -111,8 +111,10 @@ def run_plans(
     embedded = model.embed_tokens(tokens)
     outputs: dict[int, Any] = {}
     path: list[tuple[Step, Tensor]] = []  # the steps of the last plan and the state after each
-    for index in sorted(range(len(plans)), key=lambda i: [(s.layers, s.loops) for s in plans[i]]):
-        plan = plans[index]
+    # A looped step is its single pass repeated, so 3 loops extend the path of 2 loops.
+    unrolled = [tuple(Step(s.layers) for s in plan for _ in range(s.loops)) for plan in plans]
+    for index in sorted(range(len(plans)), key=lambda i: [s.layers for s in unrolled[i]]):
+        plan = unrolled[index]
         shared = 0
         while shared < min(len(path), len(plan)) and path[shared][0] == plan[shared]:
             shared += 1

@@ -139,7 +139,7 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> Optimizers:
 
     adam = {"lr": cfg.lr, "betas": cfg.betas, "eps": cfg.eps}
     if cfg.optimizer == "adamw":
-        optimizers = [torch.optim.AdamW(groups(matrices, others), **adam)]
+        optimizers = [torch.optim.AdamW(groups(matrices, others), **adam, fused=True)]  # fastest on CPU too
     elif cfg.optimizer == "sgd":
         optimizers = [torch.optim.SGD(groups(matrices, others), lr=cfg.lr, momentum=cfg.momentum)]
     elif cfg.optimizer == "rotated_adamw":

@@ -1,0 +1,267 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Kurtosis: when does a small model grow a privileged basis?
+#
+# **The claim.** Elhage et al. (2023) saw outlier dimensions and a kurtosis far above 3 in a
+# 200M-parameter model after about a billion tokens, and a rotated copy of the same activations
+# at 3. The outliers chapter found the same in SmolLM2. Before we can ask *why* (the next
+# chapters), we need a model we can train here, on two CPU cores in minutes, that shows the
+# effect, so that each suspected cause can be removed and the effect watched.
+#
+# **The experiment.** A byte-level decoder ($d_\text{model}=128$, 4 layers, context 128) trained
+# on the Python documentation, changing one lever at a time from a small baseline: learning
+# rate, training length, Adam's $\beta_2$ and $\epsilon$, weight decay, width, and the corpus
+# (the standard library's source code, the kind of data He et al. (2024) studied outlier
+# features on). Every run logs the kurtosis of the residual stream at each layer boundary every
+# 100 steps, with one fixed random rotation as the control.
+
+# %% tags=["parameters"]
+model_name = "regime"  # the chapter trains its own models; see resid.experiments
+seeds = (0, 1, 2)  # seeds of the regime model
+n_sequences = 16  # held-out sequences for the final measurements
+n_rotations = 8
+seed = 0
+quick = False  # a small run for CI
+
+# %%
+import json
+import time
+import warnings
+from dataclasses import replace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from IPython.display import Markdown, display
+
+from resid import experiments, stats
+from resid.model import Transformer
+from resid.train import train
+
+warnings.filterwarnings("ignore", message="IProgress not found")
+sns.set_theme(style="whitegrid", context="notebook")
+started = time.time()
+sweep, regime = dict(experiments.SWEEP), experiments.REGIME
+
+
+def shrink(cfg):  # quick mode: every code path on a tiny model, none of the conclusions
+    tiny = replace(cfg.model, d_model=32, d_mlp=64, n_layers=2, n_heads=2)
+    return replace(
+        cfg, model=tiny, steps=40, warmup_steps=5, eval_every=20, checkpoint_every=20, batch_size=8
+    )
+
+
+if quick:
+    sweep = {name: shrink(cfg) for name, cfg in list(sweep.items())[:3]}
+    regime, seeds, n_sequences, n_rotations = shrink(regime), (0, 1), 4, 2
+
+# %% [markdown]
+# ## First, the metric itself
+#
+# For Gaussian vectors the metric is 3 whatever the basis; put most of the variance in a few
+# coordinates and it climbs, until a random rotation spreads them out again.
+
+# %%
+generator = torch.Generator().manual_seed(seed)
+gaussian = torch.randn(2048, 128, generator=generator)
+heavy = gaussian.clone()
+heavy[:, :4] *= 8
+sanity = pd.DataFrame([
+    {"activations": "Gaussian, d=128", "kurtosis": stats.kurtosis_metric(gaussian),
+     "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*stats.rotated_kurtosis(gaussian, n_rotations))},
+    {"activations": "4 coordinates scaled ×8", "kurtosis": stats.kurtosis_metric(heavy),
+     "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*stats.rotated_kurtosis(heavy, n_rotations))},
+])  # fmt: skip
+sanity.style.format({"kurtosis": "{:.2f}"}).hide(axis="index")
+
+# %% [markdown]
+# ## The sweep: kurtosis over training, one lever at a time
+#
+# Each panel is one run; lines are the residual stream after each block (solid) and the same
+# activations under a fixed random rotation (dotted). Runs are cached: a rebuild does not retrain.
+
+# %%
+rows, finals = [], []
+for name, cfg in sweep.items():
+    t0 = time.time()
+    result = train(cfg, progress=False)
+    for h in result.history:
+        if "kurtosis" in h:
+            for layer, (k, r) in enumerate(zip(h["kurtosis"], h["kurtosis_rotated"], strict=True)):
+                rows.append({"run": name, "step": h["step"], "layer": layer, "kurtosis": k, "rotated": r})
+    last = [h for h in result.history if "kurtosis" in h][-1]
+    finals.append({"run": name, "steps": cfg.steps, "val loss": last["val_loss"],
+                   "max kurtosis": max(last["kurtosis"][1:]),
+                   "rotated": np.mean(last["kurtosis_rotated"][1:]),
+                   "control |Δ3|": max(abs(r - 3) for r in last["kurtosis_rotated"][1:]),
+                   "max |x| / rms": max(last["max_abs_over_rms"][1:])})  # fmt: skip
+curves = pd.DataFrame(rows)
+blocks = curves[curves.layer > 0]
+grid = sns.relplot(data=blocks, x="step", y="kurtosis", hue="layer", col="run", col_wrap=4, kind="line",
+                   height=2.6, aspect=1.2, palette="viridis", facet_kws={"sharex": False})  # fmt: skip
+for ax, (_, group) in zip(grid.axes.flat, blocks.groupby("run", sort=False), strict=False):
+    control = group.groupby("step")["rotated"].mean()
+    ax.plot(control.index, control.values, color="grey", ls=":", label="rotated")
+    ax.axhline(3, color="black", lw=0.8)
+grid.set_titles("{col_name}")
+grid.figure.suptitle("per-layer kurtosis during training (dotted: a fixed random rotation)", y=1.02)
+plt.show()
+sweep_table = pd.DataFrame(finals)
+sweep_table.style.format({"val loss": "{:.3f}", "max kurtosis": "{:.2f}", "rotated": "{:.2f}",
+                          "max |x| / rms": "{:.1f}"}).hide(axis="index")  # fmt: skip
+
+# %% [markdown]
+# Which run should the later chapters use? The target: kurtosis of at least 10 in some layer,
+# with the rotated control within $3 \pm 0.2$ in every layer, at the lowest training cost
+# (approximated by $6 \times$ parameters $\times$ tokens).
+
+# %%
+costs = []
+for cfg in sweep.values():
+    n_params = sum(p.numel() for p in Transformer(cfg.model).parameters())
+    costs.append(6 * n_params * cfg.steps * cfg.batch_size * cfg.model.n_ctx / 1e12)
+sweep_table["TFLOP"] = costs
+sweep_table["meets target"] = (sweep_table["max kurtosis"] >= 10) & (sweep_table["control |Δ3|"] <= 0.2)
+candidates = sweep_table[sweep_table["meets target"]].sort_values("TFLOP")
+best = sweep_table.loc[sweep_table["max kurtosis"].idxmax()]
+display(
+    sweep_table[["run", "max kurtosis", "control |Δ3|", "val loss", "TFLOP", "meets target"]]
+    .style.format(
+        {"max kurtosis": "{:.2f}", "control |Δ3|": "{:.2f}", "val loss": "{:.3f}", "TFLOP": "{:.1f}"}
+    )
+    .hide(axis="index")
+)
+if len(candidates):
+    chosen = candidates.iloc[0]["run"]
+    display(
+        Markdown(
+            f"The cheapest run that meets the target is **{chosen}** "
+            f"(kurtosis {candidates.iloc[0]['max kurtosis']:.2f}). "
+            + (
+                "It is the regime the later chapters train from (`resid.experiments.REGIME`)."
+                if chosen == experiments.REGIME_NAME
+                else f"The later chapters use **{experiments.REGIME_NAME}**; rerun them after updating "
+                "`resid.experiments.REGIME_NAME` if this sweep was changed."
+            )
+        )
+    )
+else:
+    display(
+        Markdown(
+            f"No run meets the target. The heaviest tails come from **{best['run']}** (kurtosis "
+            f"{best['max kurtosis']:.2f}); the later chapters use **{experiments.REGIME_NAME}**, and the "
+            "pretrained-model evidence of the outliers chapter carries the claim."
+        )
+    )
+
+# %% [markdown]
+# ## The regime
+#
+# The chapters that follow train every variant from one configuration (`resid.experiments.REGIME`),
+# chosen from the sweep as a strong effect within a few minutes of training. Here it is with
+# several seeds, measured on held-out text.
+
+# %%
+tables, histories = [], []
+for s in seeds:
+    result = train(replace(regime, seed=s), progress=False)
+    tokens = experiments.held_out_tokens(regime, n_sequences, seed=seed)
+    table = experiments.analyse(result.model, tokens, n_rotations=n_rotations, seed=seed)
+    table["seed"] = s
+    tables.append(table)
+    for h in result.history:
+        histories.append(
+            {"seed": s, "step": h["step"], "train loss": h["train_loss"], "val loss": h.get("val_loss")}
+        )
+analysis = pd.concat(tables)
+history = pd.DataFrame(histories)
+fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
+sns.lineplot(
+    data=analysis, x="layer", y="kurtosis", marker="o", errorbar="sd", ax=axes[0], label="standard basis"
+)
+sns.lineplot(
+    data=analysis, x="layer", y="rotated mean", marker="s", errorbar="sd", ax=axes[0], label="rotated"
+)
+axes[0].axhline(3, color="grey", ls="--")
+axes[0].set(title="kurtosis per layer boundary", xlabel="layer boundary (0 = embedding)")
+sns.lineplot(data=analysis, x="layer", y="top-4 energy share", marker="o", errorbar="sd", ax=axes[1])
+axes[1].axhline(4 / regime.model.d_model, color="grey", ls="--", label="uniform: 4/d")
+axes[1].set(title="energy in the 4 heaviest coordinates", xlabel="layer boundary")
+axes[1].legend()
+smooth = history.assign(
+    **{
+        "train loss": history.groupby("seed")["train loss"].transform(
+            lambda x: x.rolling(25, min_periods=1).mean()
+        )
+    }
+)
+sns.lineplot(data=smooth, x="step", y="train loss", errorbar="sd", ax=axes[2], label="train (smoothed)")
+sns.lineplot(
+    data=history.dropna(), x="step", y="val loss", errorbar="sd", ax=axes[2], marker="o", label="held out"
+)
+axes[2].set(title="loss (mean ± sd over seeds)", ylabel="nats per byte")
+plt.tight_layout()
+plt.show()
+columns = ["kurtosis", "rotated mean", "rotated sd", "outliers |x|>6", "outliers |x|>6 rms", "max|x| / rms",
+           "top-4 energy share"]  # fmt: skip
+per_layer = analysis.groupby("layer")[columns].mean()
+per_layer.style.format("{:.2f}")
+
+# %% [markdown]
+# ## The paper's claims beside ours
+
+# %%
+after_blocks = analysis[analysis.layer > 0]
+peak = after_blocks.groupby("seed")["kurtosis"].max()
+control_gap = (after_blocks["rotated mean"] - 3).abs().max()
+
+
+def verdict(ok: bool, partly: bool = False) -> str:
+    return "reproduced" if ok else ("partly" if partly else "not reproduced")
+
+
+claims = pd.DataFrame([
+    {"claim": "residual kurtosis well above 3", "paper": "far above 3 (200M model, ~1B tokens)",
+     "ours": f"max over layers {peak.mean():.2f} ± {peak.std():.2f} over {len(seeds)} seeds",
+     "verdict": verdict(peak.min() >= 10, partly=peak.min() > 3.5),
+     "why": "target: ≥ 10 in some layer; the regime search is above"},
+    {"claim": "a random rotation gives ≈ 3", "paper": "≈ 3",
+     "ours": f"{after_blocks['rotated mean'].min():.2f}–{after_blocks['rotated mean'].max():.2f}",
+     "verdict": verdict(control_gap < 0.2, partly=control_gap < 0.5),
+     "why": "target: within 3 ± 0.2; small d_model puts the control slightly below 3"},
+    {"claim": "outlier dimensions (|x| > 6) in every layer", "paper": "20–60 of 1280 per layer",
+     "ours": f"absolute {after_blocks['outliers |x|>6'].mean():.0f}, scale-free "
+             f"{after_blocks['outliers |x|>6 rms'].mean():.1f} of {regime.model.d_model}",
+     "verdict": verdict(1 <= after_blocks["outliers |x|>6 rms"].mean() <= 0.1 * regime.model.d_model,
+                        partly=after_blocks["outliers |x|>6 rms"].mean() > 0),
+     "why": "the scale-free count (|x| > 6 × token RMS) is comparable across models"},
+])  # fmt: skip
+claims.style.hide(axis="index")
+
+# %%
+results = {
+    "chapter": "kurtosis",
+    "quick": quick,
+    "regime": regime.key(),
+    "seeds": list(seeds),
+    "sweep": sweep_table.to_dict(orient="records"),
+    "regime_per_layer": per_layer.reset_index().to_dict(orient="records"),
+    "claims": claims.to_dict(orient="records"),
+    "seconds": time.time() - started,
+}
+with open("kurtosis.json", "w") as f:
+    json.dump(results, f, indent=1)
+print(f"chapter computed in {results['seconds']:.0f} s")
