@@ -58,6 +58,7 @@ from scipy.stats import spearmanr
 
 import resid
 from resid import data, stats
+from resid.book import verdict
 
 # transformers imports tqdm's notebook bar, which warns without ipywidgets; we show no bars here.
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -242,10 +243,6 @@ pd.DataFrame(
 rho = spearmanr(layers[blocks], relative[blocks]).statistic
 typical_abs, typical_rel = np.median(absolute[blocks]), np.median(relative[blocks])
 control_gap = np.abs(control[:, 0] - 3).max()
-
-
-def verdict(ok: bool, partly: bool = False) -> str:
-    return "reproduced" if ok else ("partly" if partly else "not reproduced")
 
 
 claims = pd.DataFrame(

@@ -63,6 +63,7 @@ from IPython.display import Markdown, display
 
 import resid
 from resid import data, plans, tasks
+from resid.book import verdict
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # no notebook progress bars here
 if quick:
@@ -400,10 +401,6 @@ enc_mean = enc_results[enc_results.variant != "full model"].groupby("variant")["
 smallest_m = max(n_grid)
 at_small = overall[overall.N == smallest_m].groupby("variant")["normalised"].mean()
 loops_rise = list(best_loops.values()) == sorted(best_loops.values())  # keys: M ascending
-
-
-def verdict(ok: bool, partly: bool = False) -> str:
-    return "reproduced" if ok else ("partly" if partly else "not reproduced")
 
 
 questions = pd.DataFrame([

@@ -40,7 +40,6 @@ quick = False  # a small run for CI
 import json
 import time
 import warnings
-from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -48,14 +47,14 @@ import seaborn as sns
 from IPython.display import display
 
 from resid import experiments
+from resid.book import verdict
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 base = experiments.REGIME
 if quick:  # every code path on a tiny model, none of the conclusions
-    base = replace(base, steps=40, warmup_steps=5, eval_every=20, checkpoint_every=20, batch_size=8,
-                   model=replace(base.model, d_model=32, d_mlp=64, n_layers=2, n_heads=2))  # fmt: skip
+    base = experiments.quick_config(base)
     seeds, n_sequences = (0, 1), 4
 names = ["layernorm", "rmsnorm", "basisfree"]
 tokens = experiments.held_out_tokens(base, n_sequences, seed=seed)
@@ -95,10 +94,6 @@ noise = losses["std"].max()
 gap = losses.loc["basisfree", "mean"] - losses.loc["layernorm", "mean"]
 k_ln, k_bf = summary.loc["layernorm", ("kurtosis", "mean")], summary.loc["basisfree", ("kurtosis", "mean")]
 control = summary.loc["basisfree", ("rotated mean", "mean")]
-
-
-def verdict(ok: bool, partly: bool = False) -> str:
-    return "reproduced" if ok else ("partly" if partly else "not reproduced")
 
 
 claims = pd.DataFrame([

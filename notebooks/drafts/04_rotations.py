@@ -44,7 +44,6 @@ import copy
 import json
 import time
 import warnings
-from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -55,6 +54,7 @@ from IPython.display import Markdown, display
 
 import resid
 from resid import data, experiments, stats
+from resid.book import verdict
 from resid.model import fold_norm_gains, rotate_residual
 from resid.train import train
 
@@ -63,8 +63,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 base = experiments.REGIME
 if quick:  # a few steps of a tiny model: every code path, none of the conclusions
-    base = replace(base, steps=40, warmup_steps=5, eval_every=20, checkpoint_every=20, batch_size=8,
-                   model=replace(base.model, d_model=32, d_mlp=64, n_layers=2, n_heads=2))  # fmt: skip
+    base = experiments.quick_config(base)
     seeds, n_rotations, n_sequences = (0, 1), 2, 4
 
 
@@ -230,10 +229,6 @@ noise = summary["std"].max()
 by_variant = (
     analysis[analysis.layer > 0].groupby("variant")[["kurtosis", "mlp-in kurtosis", "rotated mean"]].mean()
 )
-
-
-def verdict(ok: bool, partly: bool = False) -> str:
-    return "reproduced" if ok else ("partly" if partly else "not reproduced")
 
 
 claims = pd.DataFrame([

@@ -47,6 +47,7 @@ import json
 import time
 import warnings
 from dataclasses import replace
+from functools import partial
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -54,7 +55,7 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import Markdown, display
 
-from resid import experiments
+from resid import book, experiments
 from resid.train import train
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -62,8 +63,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 base = experiments.REGIME
 if quick:  # every code path on a tiny model, none of the conclusions
-    base = replace(base, steps=40, warmup_steps=5, eval_every=20, checkpoint_every=20, batch_size=8,
-                   model=replace(base.model, d_model=32, d_mlp=64, n_layers=2, n_heads=2))  # fmt: skip
+    base = experiments.quick_config(base)
     seeds, n_sequences, sgd_learning_rates, sgd_sweep_steps = (0, 1), 4, (0.3, 1.0), 40
 tokens = experiments.held_out_tokens(base, n_sequences, seed=seed)
 
@@ -151,10 +151,7 @@ def excess(name: str, column: str = "kurtosis") -> float:
     return float(table.loc[labels[name], column] - table.loc[labels[name], "rotated mean"])
 
 
-def verdict(ok: bool, partly: bool = False) -> str:
-    return "supported" if ok else ("partly" if partly else "not supported")
-
-
+verdict = partial(book.verdict, prediction=True)
 adam_excess = excess("basisfree")
 claims = pd.DataFrame([
     {"prediction": "AdamW grows a privileged basis (the baseline)", "source": "paper",

@@ -74,6 +74,16 @@ def run_chapter(
     return output
 
 
+def verdict(ok: bool, partly: bool = False, prediction: bool = False) -> str:
+    """The last column of every paper-vs-ours table, computed from the chapter's numbers.
+
+    ``prediction=True`` words it for a hypothesis the paper proposed but did not test.
+    """
+    if prediction:
+        return "supported" if ok else ("partly" if partly else "not supported")
+    return "reproduced" if ok else ("partly" if partly else "not reproduced")
+
+
 def parse_parameters(pairs: list[str]) -> dict:
     """``["quick=True", "model=gpt2"]`` -> ``{"quick": True, "model": "gpt2"}``."""
     parameters = {}

@@ -115,3 +115,12 @@ def compare_variants(
             table["variant"], table["seed"] = name, s
             analyses.append(table)
     return pd.DataFrame(curves), pd.DataFrame(finals), pd.concat(analyses, ignore_index=True)
+
+
+def quick_config(cfg: TrainConfig) -> TrainConfig:
+    """For a chapter's quick (CI) mode: a few steps of a tiny model, every code path, none of
+    the conclusions."""
+    tiny = replace(cfg.model, d_model=32, d_mlp=64, n_layers=2, n_heads=2)
+    return replace(
+        cfg, model=tiny, steps=40, warmup_steps=5, eval_every=20, checkpoint_every=20, batch_size=8
+    )
