@@ -18,15 +18,11 @@ from resid import plans, tasks
 
 
 def chapter_plans(T: int, n_grid=(4, 8, 12), n_shuffles: int = 10, max_loops: int = 8) -> list:
-    out = []
+    out = [plan for *_, plan in plans.paper_sweep(T, list(n_grid), n_shuffles)]
     for n in n_grid:
-        first, last = n, T - n - 1
-        out += [plans.skip(T, first, last), plans.middle_repeat(T, first, last)]
-        out += [plans.reverse(T, first, last), plans.parallel(T, first, last, loops=3)]
-        out += [plans.shuffle(T, first, last, seed=s) for s in range(n_shuffles)]
-        out += [plans.parallel(T, first, last, loops=k) for k in range(1, max_loops + 1)]  # k=1: parallel
+        out += [plans.parallel(T, n, T - n - 1, loops=k) for k in range(1, max_loops + 1)]  # k=1: parallel
     out += [plans.skip(T, i, i) for i in range(T)] + [plans.swap(T, i) for i in range(T - 1)]
-    return out
+    return list(dict.fromkeys(out))  # the loop grid repeats two variants; naive must not pay twice
 
 
 def layer_evaluations(plan_list: list, shared: bool) -> int:

@@ -227,21 +227,9 @@ display(Markdown(
 # chance, 0, so that one collapsed task does not dominate an average. The raw scores follow.
 
 # %%
-variants = {
-    "skip": lambda n: plans.skip(T, n, T - n - 1),
-    "middle repeat": lambda n: plans.middle_repeat(T, n, T - n - 1),
-    "reverse": lambda n: plans.reverse(T, n, T - n - 1),
-    "parallel": lambda n: plans.parallel(T, n, T - n - 1),
-    "looped parallel": lambda n: plans.parallel(T, n, T - n - 1, loops=3),
-}
-plan_list, keys = [], []
-for n in n_grid:
-    for name, make in variants.items():
-        plan_list.append(make(n))
-        keys.append((name, n, 0))
-    for s in range(n_shuffles):
-        plan_list.append(plans.shuffle(T, n, T - n - 1, seed=seed * 1000 + s))
-        keys.append(("random order", n, s))
+sweep = plans.paper_sweep(T, n_grid, n_shuffles, seed=seed)
+keys = [(variant, n, s) for variant, n, s, _ in sweep]
+plan_list = [plan for *_, plan in sweep]
 sweep_start = time.time()
 scores = tasks.score_plans(model, kept, plan_list)
 sweep_seconds = time.time() - sweep_start
@@ -317,21 +305,9 @@ Te = encoder.cfg.n_layers
 triples = tasks.paraphrase_triples(n_items, seed=seed)
 texts = [s for triple in triples for s in triple]
 enc_grid = [n for n in range(1, Te // 2)]
-enc_variants = {
-    "skip": lambda n: plans.skip(Te, n, Te - n - 1),
-    "middle repeat": lambda n: plans.middle_repeat(Te, n, Te - n - 1),
-    "reverse": lambda n: plans.reverse(Te, n, Te - n - 1),
-    "parallel": lambda n: plans.parallel(Te, n, Te - n - 1),
-    "looped parallel": lambda n: plans.parallel(Te, n, Te - n - 1, loops=3),
-}
-enc_plans, enc_keys = [plans.identity(Te)], [("full model", Te // 2, 0)]
-for n in enc_grid:
-    for name, make in enc_variants.items():
-        enc_plans.append(make(n))
-        enc_keys.append((name, n, 0))
-    for s in range(n_shuffles):
-        enc_plans.append(plans.shuffle(Te, n, Te - n - 1, seed=seed * 1000 + s))
-        enc_keys.append(("random order", n, s))
+enc_sweep = plans.paper_sweep(Te, enc_grid, n_shuffles, seed=seed)
+enc_plans = [plans.identity(Te)] + [plan for *_, plan in enc_sweep]
+enc_keys = [("full model", Te // 2, 0)] + [(variant, n, s) for variant, n, s, _ in enc_sweep]
 doc_embeddings = tasks.embed_under_plans(encoder, sentences, enc_plans)
 pair_embeddings = tasks.embed_under_plans(encoder, texts, enc_plans)
 enc_rows = []

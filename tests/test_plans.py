@@ -73,3 +73,12 @@ def test_prefix_reuse_gives_the_same_outputs_as_separate_runs(model):
 def test_bad_step_is_a_clear_error():
     with pytest.raises(ValueError, match="at least one layer"):
         plans.Step(())
+
+
+def test_paper_sweep_lists_every_variant_for_every_n():
+    sweep = plans.paper_sweep(N, [1, 2], n_shuffles=3)
+    assert len(sweep) == 2 * (5 + 3)
+    by_key = {(v, n, s): p for v, n, s, p in sweep}
+    assert by_key[("skip", 1, 0)] == plans.skip(N, 1, 4)
+    assert by_key[("looped parallel", 2, 0)] == plans.parallel(N, 2, 3, loops=3)
+    assert by_key[("random order", 1, 2)] == plans.shuffle(N, 1, 4, seed=2)

@@ -125,3 +125,28 @@ def run_plans(
             path.append((step, x))
         outputs[index] = (readout or model.head)(x)
     return [outputs[i] for i in range(len(plans))]
+
+
+def paper_sweep(
+    n_layers: int, n_grid: list[int], n_shuffles: int, seed: int = 0
+) -> list[tuple[str, int, int, Plan]]:
+    """Sun et al.'s variants for every N (layers kept intact at each end): ``(variant, N, seed, plan)``.
+
+    Skip, middle repeat, reverse, parallel and looped parallel (3 loops) once each, and
+    ``n_shuffles`` random orders.
+    """
+    sweep = []
+    for n in n_grid:
+        first, last = n, n_layers - n - 1
+        sweep += [
+            ("skip", n, 0, skip(n_layers, first, last)),
+            ("middle repeat", n, 0, middle_repeat(n_layers, first, last)),
+            ("reverse", n, 0, reverse(n_layers, first, last)),
+            ("parallel", n, 0, parallel(n_layers, first, last)),
+            ("looped parallel", n, 0, parallel(n_layers, first, last, loops=3)),
+        ]
+        sweep += [
+            ("random order", n, s, shuffle(n_layers, first, last, seed=seed * 1000 + s))
+            for s in range(n_shuffles)
+        ]
+    return sweep
