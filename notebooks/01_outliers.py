@@ -44,7 +44,6 @@ n_rotations = 8  # random rotations in the control
 quick = False  # a small run for CI
 
 # %%
-import json
 import time
 import warnings
 
@@ -57,7 +56,7 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import resid
-from resid import data, stats
+from resid import book, data, stats
 from resid.book import verdict
 
 # transformers imports tqdm's notebook bar, which warns without ipywidgets; we show no bars here.
@@ -320,6 +319,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-with open("outliers.json", "w") as f:
-    json.dump(results, f, indent=1)
-print(f"chapter computed in {results['seconds']:.0f} s")
+book.save_results(results)

@@ -35,7 +35,6 @@ seed = 0
 quick = False  # a small run for CI
 
 # %%
-import json
 import time
 import warnings
 from dataclasses import replace
@@ -47,7 +46,7 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import experiments, stats
+from resid import book, experiments, stats
 from resid.book import verdict
 from resid.model import Transformer
 from resid.train import train
@@ -275,6 +274,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-with open("kurtosis.json", "w") as f:
-    json.dump(results, f, indent=1)
-print(f"chapter computed in {results['seconds']:.0f} s")
+book.save_results(results)

@@ -50,7 +50,6 @@ device = "cpu"  # "cuda" for a 7B model
 quick = False  # a small run for CI
 
 # %%
-import json
 import time
 import warnings
 
@@ -62,7 +61,7 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import data, plans, tasks
+from resid import book, data, plans, tasks
 from resid.book import verdict
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # no notebook progress bars here
@@ -469,6 +468,4 @@ chapter_results = {
     "sweep_seconds": sweep_seconds,
     "seconds": time.time() - started,
 }
-with open("painters.json", "w") as f:
-    json.dump(chapter_results, f, indent=1)
-print(f"chapter computed in {chapter_results['seconds']:.0f} s")
+book.save_results(chapter_results)

@@ -37,7 +37,6 @@ seed = 0
 quick = False  # a small run for CI
 
 # %%
-import json
 import time
 import warnings
 
@@ -46,7 +45,7 @@ import pandas as pd
 import seaborn as sns
 from IPython.display import display
 
-from resid import experiments
+from resid import book, experiments
 from resid.book import verdict
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -120,6 +119,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-with open("rmsnorm.json", "w") as f:
-    json.dump(results, f, indent=1)
-print(f"chapter computed in {results['seconds']:.0f} s")
+book.save_results(results)

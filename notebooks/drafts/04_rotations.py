@@ -41,7 +41,6 @@ quick = False  # a small run for CI
 
 # %%
 import copy
-import json
 import time
 import warnings
 
@@ -53,7 +52,7 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import data, experiments, stats
+from resid import book, data, experiments, stats
 from resid.book import verdict
 from resid.model import fold_norm_gains, rotate_residual
 from resid.train import train
@@ -293,6 +292,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-with open("rotations.json", "w") as f:
-    json.dump(results, f, indent=1)
-print(f"chapter computed in {results['seconds']:.0f} s")
+book.save_results(results)

@@ -43,7 +43,6 @@ seed = 0
 quick = False  # a small run for CI
 
 # %%
-import json
 import time
 import warnings
 from dataclasses import replace
@@ -188,6 +187,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-with open("adam.json", "w") as f:
-    json.dump(results, f, indent=1)
-print(f"chapter computed in {results['seconds']:.0f} s")
+book.save_results(results)

@@ -74,6 +74,16 @@ def run_chapter(
     return output
 
 
+def save_results(results: dict) -> None:
+    """Write a chapter's key numbers next to its executed notebook, as ``<chapter>.json``
+    (the runner executes chapters in their output directory), and report its run time."""
+    import json
+
+    with open(f"{results['chapter']}.json", "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"chapter computed in {results['seconds']:.0f} s")
+
+
 def verdict(ok: bool, partly: bool = False, prediction: bool = False) -> str:
     """The last column of every paper-vs-ours table, computed from the chapter's numbers.
 
