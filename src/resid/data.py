@@ -128,6 +128,24 @@ def random_batch(ids: Tensor, batch_size: int, length: int, seed: int) -> Tensor
     return torch.stack([ids[s : s + length] for s in starts.tolist()])
 
 
+def repeated_random_batch(
+    batch_size: int, length: int, vocab_size: int, seed: int, period: int | None = None
+) -> Tensor:
+    """Random tokens that repeat with a period: the data on which induction heads form.
+
+    Each sequence is a random segment repeated to fill ``length``. With ``period`` None each
+    sequence draws its own period between ``length // 4`` and ``length // 2``, so that only
+    matching content, not a fixed offset, predicts the repeat.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(batch_size):
+        p = period or int(torch.randint(length // 4, length // 2 + 1, (1,), generator=generator))
+        segment = torch.randint(0, vocab_size, (p,), generator=generator)
+        rows.append(segment.repeat(-(-length // p))[:length])
+    return torch.stack(rows)
+
+
 def train_val_split(ids: Tensor, val_fraction: float = 0.05) -> tuple[Tensor, Tensor]:
     """The last ``val_fraction`` of the tokens is held out."""
     cut = int(len(ids) * (1 - val_fraction))

@@ -53,6 +53,7 @@ class Config:
     lm_head: bool = True  # False for encoders: the output is the final residual
     rotation: str = "none"  # none | shared | independent: fixed rotations on residual reads/writes
     rotation_seed: int = 0
+    attn_only: bool = False  # no MLPs: the two-layer induction model of the circuits chapters
 
     def __post_init__(self) -> None:
         for field, allowed in (("norm", NORMS), ("mlp", MLPS), ("rotation", ROTATIONS)):
@@ -184,7 +185,7 @@ class Block(nn.Module):
         super().__init__()
         self.post_norm = cfg.post_norm
         self.ln1, self.attn = Norm(cfg), Attention(cfg)
-        self.ln2, self.mlp = Norm(cfg), MLP(cfg)
+        self.ln2, self.mlp = (None, None) if cfg.attn_only else (Norm(cfg), MLP(cfg))
         for name, matrix in rotations.items():
             self.register_buffer(name, matrix, persistent=False)
         self.hook_resid_pre = HookPoint()
@@ -200,11 +201,15 @@ class Block(nn.Module):
         if self.post_norm:
             attn_out = self.hook_attn_out(self.attn(self.hook_attn_in(x), rope, mask))
             x = self.hook_resid_mid(self.ln1(x + attn_out))
+            if self.mlp is None:
+                return self.hook_resid_post(x)
             mlp_out = self.hook_mlp_out(self.mlp(self.hook_mlp_in(x)))
             return self.hook_resid_post(self.ln2(x + mlp_out))
         attn_in = self.hook_attn_in(read(self.ln1(x), self.R_attn_in))
         attn_out = self.hook_attn_out(write(self.attn(attn_in, rope, mask), self.R_attn_out))
         x = self.hook_resid_mid(x + attn_out)
+        if self.mlp is None:
+            return self.hook_resid_post(x)
         mlp_in = self.hook_mlp_in(read(self.ln2(x), self.R_mlp_in))
         mlp_out = self.hook_mlp_out(write(self.mlp(mlp_in), self.R_mlp_out))
         return self.hook_resid_post(x + mlp_out)
@@ -280,7 +285,7 @@ class Transformer(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
         if isinstance(module, Block):  # scaled init of the residual writes, as in GPT-2
-            for linear in (module.attn.W_O, module.mlp.W_out):
+            for linear in (module.attn.W_O, *([] if module.mlp is None else [module.mlp.W_out])):
                 nn.init.normal_(linear.weight, std=0.02 / math.sqrt(2 * self.cfg.n_layers))
 
     # --- the forward pass, in pieces that layer surgery can reorder ---

@@ -23,19 +23,20 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .data import ByteTokenizer, corpus, random_batch, token_ids, train_val_split
+from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, token_ids, train_val_split
 from .loaders import cache_dir
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW
 from .stats import haar_rotation, kurtosis_metric
 
 OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "muon", "soap")
+LATER_MODEL_FIELDS = {"attn_only": False}
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     model: Config = field(default_factory=Config)
-    corpus: str = "pydoc"
+    corpus: str = "pydoc"  # pydoc | stdlib | hf:<dataset> | repeated-random (induction data)
     optimizer: str = "adamw"  # adamw | sgd | rotated_adamw | muon (+AdamW off the blocks) | soap
     lr: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.95)
@@ -60,7 +61,12 @@ class TrainConfig:
 
     def key(self) -> str:
         """A short hash of every field: the name of this run's cache entry."""
-        text = json.dumps(asdict(self), sort_keys=True)
+        fields = asdict(self)
+        # Fields added after runs were cached are left out at their defaults, so the cache stays valid.
+        for name, default in LATER_MODEL_FIELDS.items():
+            if fields["model"][name] == default:
+                del fields["model"][name]
+        text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -68,6 +74,12 @@ class TrainConfig:
 PRESETS: dict[str, TrainConfig] = {
     "tiny-layernorm": TrainConfig(steps=300),
     "tiny-basisfree": TrainConfig(model=Config(norm="basisfree"), steps=300),
+    # Two attention-only layers on repeated random tokens: the induction heads of Olsson et al.
+    # form after about 350 steps (a sudden drop of the loss on the repeat), about a minute on CPU.
+    "induction-2l": TrainConfig(
+        model=Config(n_ctx=48, d_model=128, n_layers=2, n_heads=4, attn_only=True), corpus="repeated-random",
+        steps=1500, lr=1e-3, warmup_steps=50, weight_decay=0.0, eval_every=50, checkpoint_every=500,
+    ),
     # The scale of Elhage et al.'s model (d_model 1280, about 200M parameters with a BPE
     # vocabulary), for a GPU machine under torchrun; with byte tokens it has 197M parameters.
     "paper-200m": TrainConfig(
@@ -168,27 +180,47 @@ def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
     boundary, the kurtosis metric, its value after one fixed random rotation, and the kurtosis
     of what the MLPs read (their computation basis, which differs under built-in rotations)."""
     model.eval()
-    batches = [
-        random_batch(ids, cfg.batch_size, cfg.model.n_ctx + 1, seed=10_000 + i)
-        for i in range(cfg.eval_batches)
-    ]
-    losses = [model.loss(batch.to(ids.device)).item() for batch in batches]
-    probe = batches[0][:, :-1].to(ids.device)
-    names = model.resid_names() + [f"blocks.{i}.hook_mlp_in" for i in range(cfg.model.n_layers)]
-    _, cache = model.run_with_cache(probe, names)
+    batches = [batch_of(ids, cfg, seed=10_000 + i).to(ids.device) for i in range(cfg.eval_batches)]
+    losses = [model.loss(batch).item() for batch in batches]
+    probe = batches[0][:, :-1]
+    mlp_names = [] if cfg.model.attn_only else [f"blocks.{i}.hook_mlp_in" for i in range(cfg.model.n_layers)]
+    _, cache = model.run_with_cache(probe, model.resid_names() + mlp_names)
     resid = [cache[n].flatten(0, 1).float() for n in model.resid_names()]
     rotation = haar_rotation(cfg.model.d_model, seed=12345).to(ids.device)
-    model.train()
-    return {
+    result = {
         "val_loss": sum(losses) / len(losses),
         "kurtosis": [kurtosis_metric(r) for r in resid],
         "kurtosis_rotated": [kurtosis_metric(r @ rotation) for r in resid],
-        "kurtosis_mlp_in": [kurtosis_metric(cache[n]) for n in names[len(resid) :]],
+        "kurtosis_mlp_in": [kurtosis_metric(cache[n]) for n in mlp_names],
         "max_abs_over_rms": [(r.abs().max() / r.pow(2).mean().sqrt()).item() for r in resid],
     }
+    if cfg.corpus == REPEATED_RANDOM:  # the induction bump: loss on the repeat vs the first pass
+        from .heads import head_scores, in_context_losses
+
+        period = cfg.model.n_ctx // 3
+        fixed = repeated_random_batch(cfg.batch_size, 2 * period, cfg.model.vocab_size, 10_000, period)
+        fixed = fixed.to(ids.device)
+        first, second = in_context_losses(model, fixed, start=period)
+        scores = head_scores(model, fixed, period)
+        result |= {"loss_first_half": first, "loss_second_half": second,
+                   "induction_score": float(scores["induction"].max())}  # fmt: skip
+    model.train()
+    return result
+
+
+REPEATED_RANDOM = "repeated-random"
+
+
+def batch_of(ids: torch.Tensor, cfg: TrainConfig, seed: int) -> torch.Tensor:
+    """``cfg.batch_size`` sequences of ``n_ctx + 1`` tokens (inputs and their targets), by ``seed``."""
+    if cfg.corpus == REPEATED_RANDOM:
+        return repeated_random_batch(cfg.batch_size, cfg.model.n_ctx + 1, cfg.model.vocab_size, seed)
+    return random_batch(ids, cfg.batch_size, cfg.model.n_ctx + 1, seed=seed)
 
 
 def corpus_ids(cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    if cfg.corpus == REPEATED_RANDOM:  # generated batch by batch; see batch_of
+        return torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long)
     return train_val_split(token_ids(corpus(cfg.corpus), ByteTokenizer()))
 
 
@@ -269,7 +301,7 @@ def _train_step(
         group["lr"] = group["base_lr"] * factor
     # The batch depends only on (seed, step), so a resumed run sees exactly the batches it would
     # have; each process takes every world-th row of it.
-    batch = random_batch(ids, cfg.batch_size, cfg.model.n_ctx + 1, seed=cfg.seed * 1_000_003 + step)
+    batch = batch_of(ids, cfg, seed=cfg.seed * 1_000_003 + step)
     batch = batch[rank::world].to(device)
     logits = forward(batch[:, :-1])
     loss = next_token_loss(logits, batch)

@@ -1,0 +1,203 @@
+"""Attribution: which input tokens, and which components, a prediction rests on.
+
+Input attribution (the Primer, section 3.1): gradient norm, gradient x input, integrated
+gradients (through Captum), occlusion by deleting a token, and their contrastive forms, which
+explain ``target`` rather than ``foil``. Component attribution (section 3.2): the direct logit
+attribution of every head, MLP and the embedding, and the logit lens over layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+from captum.attr import InputXGradient, IntegratedGradients, Saliency
+from torch import Tensor
+
+from .model import Transformer, read, write
+
+
+def prediction_score(
+    model: Transformer, tokens: Tensor, target: int, foil: int | None = None
+) -> Callable[[Tensor], Tensor]:
+    """f(embeddings) = the last position's logit of ``target`` (minus ``foil``'s if given),
+    with the token embeddings of ``tokens`` (``[1, pos]``) replaced by the argument
+    ``[batch, pos, d_model]``, as attribution methods need."""
+
+    def score(embeddings: Tensor) -> Tensor:
+        with model.hooks([("hook_embed", lambda _, hook: embeddings)]):
+            logits = model(tokens)[:, -1].float()
+        return logits[:, target] - (0.0 if foil is None else logits[:, foil])
+
+    return score
+
+
+def input_attributions(
+    model: Transformer,
+    tokens: Tensor,
+    target: int,
+    foil: int | None = None,
+    ig_steps: int = 64,
+    skip_first: bool = False,
+) -> tuple[pd.DataFrame, dict]:
+    """One row per input token with its score under every method; and a check of integrated
+    gradients' completeness (its attributions sum to f(x) - f(baseline)).
+
+    The baseline puts the mean token embedding at every position (positions kept). The zero
+    vector, the textbook choice, is a poor one here: a normalised model is scale-invariant, so
+    along the path from zero f jumps within a sliver near zero that 64 steps never sample.
+
+    ``tokens`` is ``[pos]`` or ``[1, pos]``. Occlusion deletes the token and reruns the model;
+    it is undefined for the last token, whose position makes the prediction. ``skip_first``
+    leaves the first token (a BOS token) out: its baseline is itself and it is never deleted.
+    """
+    tokens = tokens.reshape(1, -1)
+    score = prediction_score(model, tokens, target, foil)
+    with torch.no_grad():
+        embeddings = model.embed_tokens(tokens).detach()
+    if model.embed_ln is not None:
+        raise ValueError("input attribution is written for decoders without an embedding norm")
+    with torch.no_grad():
+        average = model.embed.weight.mean(0) - model.embed(tokens)
+        baseline = embeddings + write(average, model.R_embed)
+        if skip_first:
+            baseline[:, 0] = embeddings[:, 0]
+    embeddings.requires_grad_()
+    gradient = Saliency(score).attribute(embeddings, abs=False)
+    grad_x_input = InputXGradient(score).attribute(embeddings)
+    ig, delta = IntegratedGradients(score).attribute(
+        embeddings,
+        baselines=baseline,
+        n_steps=ig_steps,
+        internal_batch_size=min(ig_steps, 128),
+        return_convergence_delta=True,
+    )
+    with torch.no_grad():
+        full, empty = score(embeddings).item(), score(baseline).item()
+        occlusion = []
+        for i in range(tokens.shape[1]):
+            if i == tokens.shape[1] - 1 or (skip_first and i == 0):
+                occlusion.append(float("nan"))
+                continue
+            shorter = torch.cat([tokens[:, :i], tokens[:, i + 1 :]], dim=1)
+            occlusion.append(
+                full - prediction_score(model, shorter, target, foil)(model.embed_tokens(shorter)).item()
+            )
+    frame = pd.DataFrame(
+        {
+            "position": range(tokens.shape[1]),
+            "token": tokens[0].tolist(),
+            "gradient norm": gradient[0].norm(dim=-1).tolist(),
+            "gradient x input": grad_x_input[0].sum(-1).tolist(),
+            "integrated gradients": ig[0].sum(-1).tolist(),
+            "occlusion": occlusion,
+        }
+    )
+    completeness = {
+        "f(x)": full,
+        "f(baseline)": empty,
+        "sum of IG": ig.sum().item(),
+        "relative error": abs(delta.item()) / max(abs(full - empty), 1e-12),
+    }
+    return frame, completeness
+
+
+# --- direct logit attribution and the logit lens ---
+
+
+@torch.no_grad()
+def residual_components(model: Transformer, tokens: Tensor, position: int = -1) -> tuple[list[str], Tensor]:
+    """Everything written into the residual stream at ``position``: the embedding, every head,
+    every attention output bias and every MLP, as ``[component, batch, d_model]``.
+
+    They sum to the final residual (before the final norm): the decomposition behind the
+    direct logit attribution. Only for pre-norm models, where the residual is a plain sum.
+    """
+    cfg = model.cfg
+    if cfg.post_norm:
+        raise ValueError("a post-norm model (BERT) normalises the residual itself; it is not a sum of writes")
+    names = ["hook_embed"] + [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
+    names += [] if cfg.attn_only else [f"blocks.{i}.hook_mlp_out" for i in range(cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, names)
+    labels, parts = ["embed"], [cache["hook_embed"][:, position]]
+    for layer, block in enumerate(model.blocks):
+        z = cache[f"blocks.{layer}.attn.hook_z"][:, position]  # [batch, head, d_head]
+        w_o = block.attn.W_O.weight.view(cfg.d_model, cfg.n_heads, cfg.head_dim)
+        heads = write(torch.einsum("bhe,dhe->hbd", z, w_o), block.R_attn_out)
+        labels += [f"L{layer}H{h}" for h in range(cfg.n_heads)]
+        parts += list(heads)
+        if block.attn.W_O.bias is not None:
+            labels.append(f"L{layer} attn bias")
+            parts.append(write(block.attn.W_O.bias, block.R_attn_out).expand_as(parts[0]))
+        if block.mlp is not None:
+            labels.append(f"L{layer} MLP")
+            parts.append(cache[f"blocks.{layer}.hook_mlp_out"][:, position])
+    return labels, torch.stack(parts)
+
+
+def frozen_final_norm(model: Transformer, final_resid: Tensor) -> Callable[[Tensor], Tensor]:
+    """The final norm as a linear map, its scale frozen at ``final_resid``'s: applied to each
+    component, the images sum to the normalised residual (minus the norm's bias)."""
+    norm = model.ln_final
+    x = final_resid.float()
+    if norm.kind == "layernorm":
+        scale = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + norm.eps)
+    else:
+        scale = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps)
+
+    def apply(component: Tensor) -> Tensor:
+        c = component.float()
+        if norm.kind == "layernorm":
+            c = c - c.mean(-1, keepdim=True)
+        return c / scale * norm.weight.float()
+
+    return apply
+
+
+@torch.no_grad()
+def direct_logit_attribution(
+    model: Transformer, tokens: Tensor, targets: Tensor, foils: Tensor | None = None
+) -> tuple[pd.DataFrame, dict]:
+    """Each component's direct contribution to the last position's logit of ``targets[b]``
+    (minus ``foils[b]``), averaged over the batch; and a check that the contributions, with the
+    final norm's bias, sum to the model's own logit (difference)."""
+    labels, parts = residual_components(model, tokens)
+    norm = frozen_final_norm(model, parts.sum(0))
+    unembed = model.unembed.weight.float()
+    direction = unembed[targets] - (0 if foils is None else unembed[foils])  # [batch, d]
+    contributions = torch.einsum("cbd,bd->cb", read(norm(parts), model.R_unembed), direction)
+    bias = model.ln_final.bias
+    bias_term = (
+        torch.zeros(len(targets)) if bias is None else read(bias.float(), model.R_unembed) @ direction.T
+    )
+    logits = model(tokens)[:, -1].float()
+    actual = logits.gather(1, targets[:, None])[:, 0] - (
+        0 if foils is None else logits.gather(1, foils[:, None])[:, 0]
+    )
+    frame = pd.DataFrame({"component": labels, "dla": contributions.mean(1).tolist()})
+    check = {
+        "sum of contributions": (contributions.sum(0) + bias_term).mean().item(),
+        "model logit": actual.mean().item(),
+    }
+    return frame, check
+
+
+@torch.no_grad()
+def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor) -> pd.DataFrame:
+    """At every layer boundary, the last position's residual read out through the final norm
+    and unembedding: the probability and rank of ``targets`` (mean over the batch)."""
+    _, cache = model.run_with_cache(tokens, model.resid_names())
+    rows = []
+    for layer, name in enumerate(model.resid_names()):
+        logits = model.head(cache[name][:, -1]).float()
+        target_logit = logits.gather(1, targets[:, None])
+        rows.append(
+            {
+                "layer": layer,
+                "probability": logits.softmax(-1).gather(1, targets[:, None]).mean().item(),
+                "rank": (logits > target_logit).sum(1).float().mean().item(),
+                "top-1 accuracy": (logits.argmax(-1) == targets).float().mean().item(),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,210 @@
+"""What individual attention heads do: positional and induction scores, OV and QK circuits,
+copying and copy suppression, and the direct path.
+
+Scores follow Olsson et al. (2022) and the Primer (Ferrando et al. 2024, section 5): on a
+sequence of random tokens repeated once, a previous-token head attends from each position to
+the one before, a duplicate-token head to the earlier copy of the current token, an induction
+head to the token *after* that earlier copy (the one it will predict).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from .model import Transformer, read, write
+
+
+def repeated_tokens(
+    n: int, length: int, token_pool: Tensor | int, seed: int = 0, prefix: Tensor | None = None
+) -> Tensor:
+    """``n`` sequences: an optional ``prefix`` (e.g. a BOS token), then ``length`` random tokens
+    from ``token_pool`` (ids, or a vocabulary size), then the same ``length`` tokens again."""
+    generator = torch.Generator().manual_seed(seed)
+    pool = torch.arange(token_pool) if isinstance(token_pool, int) else token_pool
+    segment = pool[torch.randint(0, len(pool), (n, length), generator=generator)]
+    parts = [segment, segment]
+    if prefix is not None:
+        parts.insert(0, prefix.expand(n, -1))
+    return torch.cat(parts, dim=1)
+
+
+@torch.no_grad()
+def attention_patterns(model: Transformer, tokens: Tensor) -> Tensor:
+    """Every head's attention pattern: ``[layer, batch, head, query, key]``."""
+    names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, names)
+    return torch.stack([cache[name].float() for name in names])
+
+
+@torch.no_grad()
+def head_scores(model: Transformer, tokens: Tensor, period: int, start: int | None = None) -> pd.DataFrame:
+    """Previous-token, duplicate-token and induction scores of every head on ``tokens``, whose
+    tokens from position ``start`` on (default: the last ``period``) repeat those ``period`` before.
+
+    Each score is the mean attention weight on the key that defines the behaviour, over the
+    query positions where that key exists (the repeat, for duplicate and induction).
+    """
+    patterns = attention_patterns(model, tokens)  # [layer, batch, head, q, k]
+    n_pos = tokens.shape[1]
+    queries = torch.arange(n_pos)
+    repeat = queries[queries >= (n_pos - period if start is None else start)]
+    previous = patterns[..., queries[1:], queries[1:] - 1].mean((1, -1))
+    duplicate = patterns[..., repeat, repeat - period].mean((1, -1))
+    induction = patterns[..., repeat, repeat - period + 1].mean((1, -1))
+    rows = [
+        {
+            "layer": layer,
+            "head": head,
+            "previous": previous[layer, head].item(),
+            "duplicate": duplicate[layer, head].item(),
+            "induction": induction[layer, head].item(),
+        }
+        for layer in range(model.cfg.n_layers)
+        for head in range(model.cfg.n_heads)
+    ]
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def in_context_losses(model: Transformer, tokens: Tensor, start: int) -> tuple[float, float]:
+    """Mean next-token loss on the first pass of a repeated sequence and on its repeat, which
+    begins at position ``start``; a model that copies from context has a much lower loss on
+    the repeat (random tokens are otherwise unpredictable). The repeat's first token, which
+    nothing in context predicts, counts in neither.
+    """
+    logits = model(tokens[:, :-1]).float()
+    losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+    return losses[:, : start - 1].mean().item(), losses[:, start:].mean().item()
+
+
+def _head_slices(model: Transformer, layer: int, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The query, key, value and output weights of one head: ``[d_head, d_model]`` each, the
+    output as ``[d_model, d_head]``."""
+    cfg, attn = model.cfg, model.blocks[layer].attn
+    kv = head // (cfg.n_heads // cfg.kv_heads)
+    rows, kv_rows = (
+        slice(head * cfg.head_dim, (head + 1) * cfg.head_dim),
+        slice(kv * cfg.head_dim, (kv + 1) * cfg.head_dim),
+    )
+    return attn.W_Q.weight[rows], attn.W_K.weight[kv_rows], attn.W_V.weight[kv_rows], attn.W_O.weight[:, rows]
+
+
+def _read_embeddings(model: Transformer, layer: int, token_ids: Tensor) -> Tensor:
+    """Token embeddings as a layer-``layer`` attention head reads them (its input norm applied)."""
+    block = model.blocks[layer]
+    return read(block.ln1(model.embed.weight[token_ids]), block.R_attn_in)
+
+
+def _unembed_direction(model: Transformer, x: Tensor) -> Tensor:
+    """Logits of a residual-stream vector with the final norm's gain but not its scale: the
+    linear part of the unembedding that a head's write goes through."""
+    norm = model.ln_final
+    if norm is not None:
+        if norm.kind == "layernorm":
+            x = x - x.mean(-1, keepdim=True)
+        x = x * norm.weight
+    return model.unembed(read(x, model.R_unembed))
+
+
+@torch.no_grad()
+def ov_circuit(model: Transformer, layer: int, head: int, token_ids: Tensor) -> Tensor:
+    """The full OV circuit ``W_E W_OV W_U`` restricted to ``token_ids``: entry [i, j] is how much
+    attending to token i raises the logit of token j. ``[n, n]``."""
+    _, _, w_v, w_o = _head_slices(model, layer, head)
+    written = write(_read_embeddings(model, layer, token_ids) @ w_v.T @ w_o.T, model.blocks[layer].R_attn_out)
+    return _unembed_direction(model, written)[:, token_ids].float()
+
+
+@torch.no_grad()
+def qk_circuit(model: Transformer, layer: int, head: int, token_ids: Tensor) -> Tensor:
+    """The token-token QK circuit ``W_E W_QK W_E^T`` on ``token_ids`` (query rows, key columns),
+    scaled like the attention scores; positions are left out (with rotary embeddings this is
+    the score between a query and a key at the same position)."""
+    w_q, w_k, _, _ = _head_slices(model, layer, head)
+    x = _read_embeddings(model, layer, token_ids)
+    return ((x @ w_q.T) @ (x @ w_k.T).T / model.cfg.head_dim**0.5).float()
+
+
+@torch.no_grad()
+def copy_scores(model: Transformer, token_ids: Tensor) -> pd.DataFrame:
+    """For every head, how its OV circuit treats the token it attends to, over ``token_ids``:
+    ``copying``, the fraction of tokens whose own logit is the largest in their row (the head
+    promotes what it attends to), and ``suppression``, the fraction whose own logit is the
+    smallest (it demotes it: copy suppression, McDougall et al. 2023). ``self`` is the mean
+    diagonal entry relative to its row (in row standard deviations)."""
+    rows = []
+    for layer in range(model.cfg.n_layers):
+        for head in range(model.cfg.n_heads):
+            ov = ov_circuit(model, layer, head, token_ids)
+            diagonal = ov.diagonal()
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "copying": (ov.argmax(1) == torch.arange(len(ov))).float().mean().item(),
+                    "suppression": (ov.argmin(1) == torch.arange(len(ov))).float().mean().item(),
+                    "self": ((diagonal - ov.mean(1)) / ov.std(1)).mean().item(),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def attended_token_effect(model: Transformer, tokens: Tensor, layer: int, head: int) -> dict:
+    """What a head does to the token it attends to most, measured by mean-ablating it.
+
+    At every query position, the head's strongest key holds some token t; the function returns
+    the head's direct effect on t's logit (mean over positions where t is not the token at the
+    query itself) and the change in t's logit when the head's output is replaced by its mean.
+    A copy-suppression head lowers t directly, so ablating it raises t's logit.
+    """
+    name_z, name_p = f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.attn.hook_pattern"
+    logits, cache = model.run_with_cache(tokens, [name_z, name_p])
+    attended = tokens.gather(1, cache[name_p][:, head].argmax(-1))  # [batch, query]
+    keep = attended != tokens
+    mean_z = cache[name_z][:, :, head].mean((0, 1))
+
+    def ablate(z: Tensor, hook) -> Tensor:
+        z = z.clone()
+        z[:, :, head] = mean_z
+        return z
+
+    ablated = model.run_with_hooks(tokens, [(name_z, ablate)])
+    _, _, _, w_o = _head_slices(model, layer, head)
+    direct = _unembed_direction(
+        model, write(cache[name_z][:, :, head] @ w_o.T, model.blocks[layer].R_attn_out)
+    )
+    pick = attended.unsqueeze(-1)
+    return {
+        "direct effect on attended token": direct.gather(-1, pick).squeeze(-1)[keep].float().mean().item(),
+        "logit change when ablated": (ablated.gather(-1, pick) - logits.gather(-1, pick))
+        .squeeze(-1)[keep]
+        .float()
+        .mean()
+        .item(),
+        "positions": int(keep.sum()),
+    }
+
+
+@torch.no_grad()
+def direct_path_logits(model: Transformer, token_ids: Tensor) -> Tensor:
+    """Next-token logits from the embedding alone, every block skipped (the direct path, which
+    the Primer describes as the model's bigram statistics): ``[n, vocab]``."""
+    x = model.embed_tokens(token_ids[:, None])
+    return model.head(x)[:, 0].float()
+
+
+def bigram_log_probs(ids: Tensor, vocab_size: int, rows: Tensor, smoothing: float = 1.0) -> Tensor:
+    """Log P(next | current) counted over a token stream for the current tokens ``rows``,
+    add-``smoothing``: ``[len(rows), vocab]`` (a full table of a 49k vocabulary would not fit)."""
+    row_of = torch.full((vocab_size,), -1, dtype=torch.long)
+    row_of[rows] = torch.arange(len(rows))
+    current, following = row_of[ids[:-1]], ids[1:]
+    wanted = current >= 0
+    counts = torch.full((len(rows), vocab_size), smoothing)
+    counts.view(-1).index_add_(
+        0, current[wanted] * vocab_size + following[wanted], torch.ones(int(wanted.sum()))
+    )
+    return (counts / counts.sum(1, keepdim=True)).log()

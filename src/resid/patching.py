@@ -1,0 +1,412 @@
+"""Causal interventions: activation patching, path patching, and circuits of edges.
+
+Activation patching (the Primer, section 3.2.2) runs the model on a prompt and replaces one
+component's activation by another value: zero, the mean over a counterfactual set, the
+activation from one counterfactual prompt (resample), or from the prompt with noised input
+embeddings. The sweeps here batch every patch of a layer into one forward pass that starts from
+the cached residual stream at that layer, rather than running one full forward per patch.
+
+The edge view (section 3.2.3) treats the model as a graph: upstream nodes (the embedding,
+every head, every MLP) write into the residual stream, downstream nodes (every head's input,
+every MLP's input, the logits) read the sum of what was written before them. An edge can be
+kept (the downstream node reads the upstream node's activation on this run) or corrupted
+(it reads the upstream node's activation on the counterfactual prompt). Path patching is
+corrupting chosen edges; edge attribution patching (EAP) is the gradient of the metric with
+respect to every edge's keep-weight at once; ACDC prunes edges one at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .model import Transformer, apply_rotary, read, write
+
+# last-position logits [..., batch, vocab] -> per prompt [..., batch] (or [..., batch, k] for k metrics)
+Metric = Callable[[Tensor], Tensor]
+
+
+@dataclass
+class LogitDiff:
+    """logit(answer) - logit(foil), per prompt."""
+
+    answers: Tensor
+    foils: Tensor
+
+    def __call__(self, logits: Tensor) -> Tensor:
+        pair = torch.stack([self.answers, self.foils], -1).expand(*logits.shape[:-1], 2)
+        values = logits.float().gather(-1, pair)
+        return values[..., 0] - values[..., 1]
+
+
+@dataclass
+class KLFromReference:
+    """KL(reference || patched) of the next-token distributions, per prompt."""
+
+    reference_logits: Tensor
+
+    def __call__(self, logits: Tensor) -> Tensor:
+        reference = self.reference_logits.float().log_softmax(-1)
+        return (reference.exp() * (reference - logits.float().log_softmax(-1))).sum(-1)
+
+
+# --- activation patching, batched ---
+
+
+def _run_from(model: Transformer, x: Tensor, layer: int) -> Tensor:
+    """Finish a forward pass from the residual stream before block ``layer``; last-position logits."""
+    rope, mask = model.context(x.shape[1])
+    for block in model.blocks[layer:]:
+        x = block(x, rope, mask)
+    return model.head(x[:, -1])
+
+
+def interventions(
+    model: Transformer,
+    clean: Tensor,
+    counterfactual: Tensor,
+    names: list[str],
+    noise_scale: float = 3.0,
+    seed: int = 0,
+) -> dict[str, dict[str, Tensor]]:
+    """The replacement value of each named activation under each intervention:
+    ``{"zero" | "mean" | "resample" | "noise": {name: tensor shaped like the clean one}}``.
+
+    mean: the average over the counterfactual prompts at each position; resample: the paired
+    counterfactual prompt's activation; noise: the clean prompt with Gaussian noise of
+    ``noise_scale`` times the embeddings' standard deviation added to every input embedding
+    (the corruption of Meng et al.'s causal tracing).
+    """
+    with torch.no_grad():
+        _, cache_clean = model.run_with_cache(clean, names)
+        _, cache_counter = model.run_with_cache(counterfactual, names)
+        embeddings = model.embed_tokens(clean)
+        generator = torch.Generator().manual_seed(seed)
+        noise = (
+            torch.randn(embeddings.shape, generator=generator).to(embeddings) * embeddings.std() * noise_scale
+        )
+        with model.hooks([("hook_embed", lambda x, hook: x + noise)]):
+            _, cache_noise = model.run_with_cache(clean, names)
+    return {
+        "zero": {n: torch.zeros_like(cache_clean[n]) for n in names},
+        "mean": {n: cache_counter[n].mean(0, keepdim=True).expand_as(cache_clean[n]) for n in names},
+        "resample": {n: cache_counter[n] for n in names},
+        "noise": {n: cache_noise[n] for n in names},
+    }
+
+
+@torch.no_grad()
+def patch_residual(
+    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric, chunk: int = 512
+) -> Tensor:
+    """Patch the residual stream at one layer and one position at a time: ``[layer, position]``
+    (``[layer, position, k]`` for a metric that returns k values), averaged over prompts.
+
+    ``replacements[f"blocks.{l}.hook_resid_pre"]`` holds the values (``[batch, pos, d_model]``).
+    Every position of a layer is patched in one batched pass that starts at that layer.
+    """
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, names)
+    batch, n_pos = tokens.shape
+    result = []
+    for layer, name in enumerate(names):
+        x = cache[name].unsqueeze(0).repeat(n_pos, 1, 1, 1)  # [patched position, batch, pos, d]
+        positions = torch.arange(n_pos)
+        x[positions, :, positions] = replacements[name].transpose(0, 1)
+        values = _batched(lambda xs, layer=layer: _run_from(model, xs, layer), x.flatten(0, 1), chunk)
+        result.append(metric(values.view(n_pos, batch, -1)).mean(1))
+    return torch.stack(result).float()
+
+
+@torch.no_grad()
+def patch_heads(
+    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric, chunk: int = 512
+) -> Tensor:
+    """Patch one head's output (its ``hook_z``, at every position) at a time: ``[layer, head]``,
+    the metric averaged over prompts; every head of a layer in one batched pass from that layer."""
+    cfg = model.cfg
+    resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, resid_names)
+    batch = tokens.shape[0]
+    result = []
+    for layer in range(cfg.n_layers):
+        source = replacements[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, head, d_head]
+
+        def run(xs: Tensor, first: int, layer: int = layer, source: Tensor = source) -> Tensor:
+            rows = torch.arange(len(xs))
+            head, prompt = (first + rows) // batch, (first + rows) % batch  # row r patches head r // batch
+
+            def patch(z: Tensor, hook) -> Tensor:
+                z = z.clone()
+                z[rows, :, head] = source[prompt, :, head]
+                return z
+
+            with model.hooks([(f"blocks.{layer}.attn.hook_z", patch)]):
+                return _run_from(model, xs, layer)
+
+        x = cache[resid_names[layer]].repeat(cfg.n_heads, 1, 1)  # [head * batch, pos, d]
+        values = _batched(run, x, chunk, pass_offset=True)
+        result.append(metric(values.view(cfg.n_heads, batch, -1)).mean(1))
+    return torch.stack(result).float()
+
+
+def _batched(run: Callable, x: Tensor, chunk: int, pass_offset: bool = False) -> Tensor:
+    outputs = []
+    for start in range(0, len(x), chunk):
+        part = x[start : start + chunk]
+        outputs.append(run(part, start) if pass_offset else run(part))
+    return torch.cat(outputs)
+
+
+@torch.no_grad()
+def patch_heads_naive(
+    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric
+) -> Tensor:
+    """The same sweep as ``patch_heads``, one full forward pass per head: the reference the
+    benchmark measures the batched version against."""
+    cfg = model.cfg
+    result = torch.zeros(cfg.n_layers, cfg.n_heads)
+    for layer in range(cfg.n_layers):
+        name = f"blocks.{layer}.attn.hook_z"
+        for head in range(cfg.n_heads):
+
+            def patch(z: Tensor, hook, head: int = head, name: str = name) -> Tensor:
+                z = z.clone()
+                z[:, :, head] = replacements[name][:, :, head]
+                return z
+
+            logits = model.run_with_hooks(tokens, [(name, patch)])[:, -1]
+            result[layer, head] = metric(logits).mean()
+    return result
+
+
+# --- the graph of edges ---
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Nodes of a pre-norm model. ``upstream[u]`` writes, ``downstream[v]`` reads; ``allowed[u, v]``
+    is True where u comes before v in the forward pass (an edge exists)."""
+
+    upstream: list[str]
+    downstream: list[str]
+    allowed: Tensor
+
+    @classmethod
+    def of(cls, model: Transformer) -> Graph:
+        cfg = model.cfg
+        if cfg.post_norm:
+            raise ValueError("edges are defined for pre-norm models, whose residual is a sum of writes")
+        upstream, downstream, order_up, order_down = ["embed"], [], [0], []
+        for layer in range(cfg.n_layers):
+            heads = [f"L{layer}H{h}" for h in range(cfg.n_heads)]
+            downstream += heads
+            order_down += [2 * layer + 1] * cfg.n_heads
+            upstream += heads
+            order_up += [2 * layer + 1] * cfg.n_heads
+            if not cfg.attn_only:
+                downstream.append(f"L{layer} MLP")
+                order_down.append(2 * layer + 2)
+                upstream.append(f"L{layer} MLP")
+                order_up.append(2 * layer + 2)
+        downstream.append("logits")
+        order_down.append(2 * cfg.n_layers + 1)
+        allowed = torch.tensor(order_up)[:, None] < torch.tensor(order_down)[None, :]
+        return cls(upstream, downstream, allowed)
+
+    def edges(self) -> list[tuple[str, str]]:
+        return [(self.upstream[u], self.downstream[v]) for u, v in self.allowed.nonzero().tolist()]
+
+
+def _heads_from_inputs(model: Transformer, layer: int, x: Tensor, rope) -> Tensor:
+    """Attention of block ``layer`` on the residual ``x``: ``[batch, pos, d_model]`` read by
+    every head, or ``[batch, pos, head, d_model]``, each head reading its own. Returns each
+    head's write ``[batch, pos, head, d_model]``."""
+    cfg, block = model.cfg, model.blocks[layer]
+    attn = block.attn
+    x = read(block.ln1(x), block.R_attn_in)
+
+    def project(linear: torch.nn.Linear, n: int) -> Tensor:
+        if x.dim() == 3:  # one input for all heads: the ordinary projection
+            out = linear(x).view(*x.shape[:2], n, cfg.head_dim)
+            return out.repeat_interleave(cfg.n_heads // n, 2)
+        weight = linear.weight.view(n, cfg.head_dim, cfg.d_model).repeat_interleave(cfg.n_heads // n, 0)
+        out = torch.einsum("bthd,hed->bthe", x, weight)
+        if linear.bias is not None:
+            out = out + linear.bias.view(n, cfg.head_dim).repeat_interleave(cfg.n_heads // n, 0)
+        return out
+
+    q, k, v = project(attn.W_Q, cfg.n_heads), project(attn.W_K, cfg.kv_heads), project(attn.W_V, cfg.kv_heads)
+    if rope is not None:
+        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+    z = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=cfg.causal
+    )
+    z = z.transpose(1, 2)  # [batch, pos, head, d_head]
+    w_o = attn.W_O.weight.view(cfg.d_model, cfg.n_heads, cfg.head_dim)
+    return write(torch.einsum("bthe,dhe->bthd", z, w_o), block.R_attn_out)
+
+
+def graph_forward(
+    model: Transformer,
+    tokens: Tensor,
+    keep: Tensor | None = None,
+    corrupted: Tensor | None = None,
+    record_inputs: bool = False,
+) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """Run ``tokens`` through the model as a graph of edges.
+
+    ``keep`` is ``[upstream, downstream]``: 1 (or None: all) reads the upstream node's
+    activation on this run, 0 its activation in ``corrupted`` (``[upstream, batch, pos,
+    d_model]``, from ``corrupted_outputs`` on the counterfactual prompts), values between mix
+    the two linearly. Each node reads the running residual minus the corrections of its
+    corrupted edges, so a layer none of whose edges is corrupted runs as usual.
+
+    Returns last-position logits, every upstream node's output on this run, and, with
+    ``record_inputs``, what each downstream node read (gradients can be taken there).
+    """
+    cfg = model.cfg
+    rope, _ = model.context(tokens.shape[1])
+    resid = model.embed_tokens(tokens)
+    outputs, inputs, down = [resid], [], 0
+    weight = None if keep is None else 1 - keep.to(resid.dtype)  # how much of each edge is corrupted
+
+    def read_inputs(n: int) -> Tensor:
+        """What the next ``n`` downstream nodes read: ``[batch, pos, n, d_model]``, or the
+        shared ``[batch, pos, d_model]`` when none of them has a corrupted edge."""
+        shared = resid
+        if weight is not None:
+            w = weight[: len(outputs), down : down + n]
+            rows = w.abs().sum(1).nonzero()[:, 0]
+            if len(rows):
+                diff = torch.stack([outputs[u] for u in rows.tolist()]) - corrupted[rows]
+                return resid.unsqueeze(2) - torch.einsum("ubtd,uv->btvd", diff, w[rows])
+        if record_inputs:
+            inputs.append(shared.unsqueeze(2).repeat(1, 1, n, 1))
+            return inputs[-1]
+        return shared
+
+    for layer, block in enumerate(model.blocks):
+        heads = _heads_from_inputs(model, layer, read_inputs(cfg.n_heads), rope)
+        down += cfg.n_heads
+        outputs += list(heads.unbind(2))
+        resid = resid + heads.sum(2)
+        if block.attn.W_O.bias is not None:
+            resid = resid + write(block.attn.W_O.bias, block.R_attn_out)
+        if block.mlp is not None:
+            x = read_inputs(1)
+            x = x[:, :, 0] if x.dim() == 4 else x
+            out = write(block.mlp(read(block.ln2(x), block.R_mlp_in)), block.R_mlp_out)
+            outputs.append(out)
+            resid = resid + out
+            down += 1
+    final = read_inputs(1)
+    final = final[:, :, 0] if final.dim() == 4 else final
+    return model.head(final[:, -1]), torch.stack(outputs), inputs
+
+
+@torch.no_grad()
+def corrupted_outputs(model: Transformer, counterfactual: Tensor) -> Tensor:
+    """Every upstream node's output on the counterfactual prompts (the values a corrupted edge carries)."""
+    return graph_forward(model, counterfactual)[1]
+
+
+def edge_attribution_patching(
+    model: Transformer, clean: Tensor, counterfactual: Tensor, metric: Metric
+) -> tuple[Tensor, float]:
+    """EAP (Nanda 2023; Syed et al. 2023): the first-order estimate of how much the metric
+    changes when each edge is corrupted, for every edge from two forward passes and one
+    backward: ``[upstream, downstream]`` (zero where no edge), and the seconds it took."""
+    started = time.perf_counter()
+    graph = Graph.of(model)
+    corrupted = corrupted_outputs(model, counterfactual)
+    with torch.enable_grad():
+        logits, outputs, inputs = graph_forward(model, clean, record_inputs=True)
+        grads = torch.autograd.grad(metric(logits).mean(), inputs)
+    grads = torch.cat([g.movedim(2, 0) for g in grads])  # [downstream, batch, pos, d_model], in order
+    # corrupting edge (u, v) moves v's input by corrupted_u - clean_u; first order in that step
+    scores = torch.einsum("ubtd,vbtd->uv", (corrupted - outputs.detach()).float(), grads.float())
+    return scores * graph.allowed, time.perf_counter() - started
+
+
+@torch.no_grad()
+def edge_patching(
+    model: Transformer, clean: Tensor, counterfactual: Tensor, metric: Metric, edges: list[tuple[int, int]]
+) -> tuple[Tensor, float]:
+    """Exact path patching of single edges: the metric's change when only edge (u, v) is
+    corrupted, one forward pass per edge; and the seconds it took."""
+    started = time.perf_counter()
+    graph = Graph.of(model)
+    corrupted = corrupted_outputs(model, counterfactual)
+    keep = graph.allowed.float()
+    base = metric(graph_forward(model, clean, keep, corrupted)[0]).mean()
+    changes = []
+    for u, v in edges:
+        keep[u, v] = 0.0
+        changes.append(metric(graph_forward(model, clean, keep, corrupted)[0]).mean() - base)
+        keep[u, v] = 1.0
+    return torch.stack(changes), time.perf_counter() - started
+
+
+@torch.no_grad()
+def path_patching(
+    model: Transformer,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    senders: list[str],
+    receivers: list[str],
+) -> Tensor:
+    """Each sender's effect through the receivers only (Wang et al. 2023): the metric's change
+    when the edges from that sender into the receiver nodes carry the counterfactual value
+    and every other edge, the sender's other paths included, stays clean. ``corrupted`` comes
+    from ``corrupted_outputs``; nodes are named as in ``Graph``."""
+    graph = Graph.of(model)
+    columns = [graph.downstream.index(r) for r in receivers]
+    base = metric(graph_forward(model, clean)[0]).mean()
+    changes = []
+    for sender in senders:
+        keep = torch.ones(graph.allowed.shape)
+        keep[graph.upstream.index(sender), columns] = 0.0
+        changes.append(metric(graph_forward(model, clean, keep, corrupted)[0]).mean() - base)
+    return torch.stack(changes)
+
+
+@torch.no_grad()
+def circuit_metric(
+    model: Transformer, clean: Tensor, corrupted: Tensor, metric: Metric, kept: Tensor
+) -> float:
+    """The metric when only the ``kept`` edges (bool ``[upstream, downstream]``) read the clean
+    run and every other edge is corrupted."""
+    return metric(graph_forward(model, clean, kept.float(), corrupted)[0]).mean().item()
+
+
+@torch.no_grad()
+def acdc(
+    model: Transformer, clean: Tensor, counterfactual: Tensor, threshold: float
+) -> tuple[Tensor, float, int]:
+    """ACDC-style pruning (Conmy et al. 2023): visit downstream nodes from the logits back and,
+    for each incoming edge, corrupt it for good if that raises KL(full model || circuit) by less
+    than ``threshold``. Returns the kept edges, the seconds it took, and the forward passes run."""
+    started = time.perf_counter()
+    graph = Graph.of(model)
+    corrupted = corrupted_outputs(model, counterfactual)
+    kept = graph.allowed.clone()
+    reference = graph_forward(model, clean, kept.float(), corrupted)[0]
+    kl = KLFromReference(reference)
+    current, passes = 0.0, 0
+    for v in reversed(range(len(graph.downstream))):
+        for u in reversed(kept[:, v].nonzero()[:, 0].tolist()):
+            kept[u, v] = False
+            trial = kl(graph_forward(model, clean, kept.float(), corrupted)[0]).mean().item()
+            passes += 1
+            if trial - current < threshold:
+                current = trial
+            else:
+                kept[u, v] = True
+    return kept, time.perf_counter() - started, passes
