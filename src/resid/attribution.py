@@ -168,9 +168,9 @@ def direct_logit_attribution(
     direction = unembed[targets] - (0 if foils is None else unembed[foils])  # [batch, d]
     contributions = torch.einsum("cbd,bd->cb", read(norm(parts), model.R_unembed), direction)
     bias = model.ln_final.bias
-    bias_term = (
-        torch.zeros(len(targets)) if bias is None else read(bias.float(), model.R_unembed) @ direction.T
-    )
+    bias_term = torch.zeros(len(targets), device=direction.device)
+    if bias is not None:
+        bias_term = read(bias.float(), model.R_unembed) @ direction.T
     logits = model(tokens)[:, -1].float()
     actual = logits.gather(1, targets[:, None])[:, 0] - (
         0 if foils is None else logits.gather(1, foils[:, None])[:, 0]

@@ -138,13 +138,13 @@ def copy_scores(model: Transformer, token_ids: Tensor) -> pd.DataFrame:
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.n_heads):
             ov = ov_circuit(model, layer, head, token_ids)
-            diagonal = ov.diagonal()
+            diagonal, diagonal_index = ov.diagonal(), torch.arange(len(ov), device=ov.device)
             rows.append(
                 {
                     "layer": layer,
                     "head": head,
-                    "copying": (ov.argmax(1) == torch.arange(len(ov))).float().mean().item(),
-                    "suppression": (ov.argmin(1) == torch.arange(len(ov))).float().mean().item(),
+                    "copying": (ov.argmax(1) == diagonal_index).float().mean().item(),
+                    "suppression": (ov.argmin(1) == diagonal_index).float().mean().item(),
                     "self": ((diagonal - ov.mean(1)) / ov.std(1)).mean().item(),
                 }
             )

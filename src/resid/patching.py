@@ -120,7 +120,7 @@ def patch_residual(
         x[positions, :, positions] = replacements[name].transpose(0, 1)
         values = _batched(lambda xs, layer=layer: _run_from(model, xs, layer), x.flatten(0, 1), chunk)
         result.append(metric(values.view(n_pos, batch, -1)).mean(1))
-    return torch.stack(result).float()
+    return torch.stack(result).float().cpu()
 
 
 @torch.no_grad()
@@ -152,7 +152,7 @@ def patch_heads(
         x = cache[resid_names[layer]].repeat(cfg.n_heads, 1, 1)  # [head * batch, pos, d]
         values = _batched(run, x, chunk, pass_offset=True)
         result.append(metric(values.view(cfg.n_heads, batch, -1)).mean(1))
-    return torch.stack(result).float()
+    return torch.stack(result).float().cpu()
 
 
 def _batched(run: Callable, x: Tensor, chunk: int, pass_offset: bool = False) -> Tensor:
@@ -274,7 +274,7 @@ def graph_forward(
     rope, _ = model.context(tokens.shape[1])
     resid = model.embed_tokens(tokens)
     outputs, inputs, down = [resid], [], 0
-    weight = None if keep is None else 1 - keep.to(resid.dtype)  # how much of each edge is corrupted
+    weight = None if keep is None else 1 - keep.to(resid)  # how much of each edge is corrupted
 
     def read_inputs(n: int) -> Tensor:
         """What the next ``n`` downstream nodes read: ``[batch, pos, n, d_model]``, or the
@@ -331,7 +331,7 @@ def edge_attribution_patching(
     grads = torch.cat([g.movedim(2, 0) for g in grads])  # [downstream, batch, pos, d_model], in order
     # corrupting edge (u, v) moves v's input by corrupted_u - clean_u; first order in that step
     scores = torch.einsum("ubtd,vbtd->uv", (corrupted - outputs.detach()).float(), grads.float())
-    return scores * graph.allowed, time.perf_counter() - started
+    return (scores * graph.allowed.to(scores.device)).cpu(), time.perf_counter() - started
 
 
 @torch.no_grad()
@@ -350,7 +350,7 @@ def edge_patching(
         keep[u, v] = 0.0
         changes.append(metric(graph_forward(model, clean, keep, corrupted)[0]).mean() - base)
         keep[u, v] = 1.0
-    return torch.stack(changes), time.perf_counter() - started
+    return torch.stack(changes).cpu(), time.perf_counter() - started
 
 
 @torch.no_grad()

@@ -77,8 +77,14 @@ PRESETS: dict[str, TrainConfig] = {
     # Two attention-only layers on repeated random tokens: the induction heads of Olsson et al.
     # form after about 350 steps (a sudden drop of the loss on the repeat), about a minute on CPU.
     "induction-2l": TrainConfig(
-        model=Config(n_ctx=48, d_model=128, n_layers=2, n_heads=4, attn_only=True), corpus="repeated-random",
-        steps=1500, lr=1e-3, warmup_steps=50, weight_decay=0.0, eval_every=50, checkpoint_every=500,
+        model=Config(n_ctx=48, d_model=128, n_layers=2, n_heads=4, attn_only=True),
+        corpus="repeated-random",
+        steps=1500,
+        lr=1e-3,
+        warmup_steps=50,
+        weight_decay=0.0,
+        eval_every=50,
+        checkpoint_every=500,
     ),
     # The scale of Elhage et al.'s model (d_model 1280, about 200M parameters with a BPE
     # vocabulary), for a GPU machine under torchrun; with byte tokens it has 197M parameters.
@@ -243,6 +249,8 @@ def train(
     """Train (or resume, or just load) the run described by ``cfg``.
 
     ``stop_after`` ends this call after that many steps, checkpointed; the next call resumes.
+    Training runs on the GPU when there is one; the model comes back on CPU unless ``device``
+    was given.
     Under torchrun every process takes its share of each batch and DDP averages the gradients,
     so the run matches a single-process one up to float summation order.
     """
@@ -251,6 +259,7 @@ def train(
     rank, world = _distributed()
     if cfg.batch_size % world:
         raise ValueError(f"batch_size={cfg.batch_size} does not split over {world} processes")
+    device_given = device is not None
     device = device or default_device()
     path = cache_dir() / "runs" / f"{cfg.key()}.pt"
     torch.manual_seed(cfg.seed)
@@ -290,6 +299,8 @@ def train(
             raise
     model.eval()
     model.tokenizer = ByteTokenizer()
+    if not device_given:  # the book analyses on CPU; a caller who chose a device keeps the model there
+        model.cpu()
     return TrainResult(model, history, cfg, path)
 
 
