@@ -447,7 +447,7 @@ claims = pd.DataFrame(
         },
     ]
 )
-claims.style.hide(axis="index")
+claims.fillna("").style.hide(axis="index")
 
 # %% [markdown]
 # **Takeaways.** On SmolLM2 the IOI behaviour has the shape Wang et al. found in GPT-2 small:
