@@ -60,3 +60,14 @@ def test_massive_activations_finds_planted_value():
     top = stats.massive_activations(acts.reshape(-1, 32), k=2)
     assert top[0] == {"value": -1000.0, "token": 2 * 16 + 5, "dim": 17}
     assert abs(top[1]["value"]) < 10
+
+
+def test_the_rotation_control_is_not_a_models_own_rotation():
+    # a residual stream that is heavy-tailed in a basis rotated by the model's built-in rotation
+    from resid import experiments
+
+    heavy = torch.randn(2048, 64, generator=torch.Generator().manual_seed(0))
+    heavy[:, :2] *= 10
+    residual = heavy @ stats.haar_rotation(64, seed=0).T
+    assert stats.rotated_kurtosis(residual, 1, seed=0)[0] > 10  # the same seed undoes it
+    assert abs(stats.rotated_kurtosis(residual, 4, seed=experiments.CONTROL_SEED)[0] - 3) < 0.3

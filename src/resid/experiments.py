@@ -65,6 +65,11 @@ def held_out_tokens(cfg: TrainConfig, n_sequences: int = 16, seed: int = 0) -> t
     return data.windows(val_ids, cfg.model.n_ctx, n_sequences, seed=seed)
 
 
+# The control's random rotations must not be the ones built into a model: with the same seed a
+# "random" rotation of a shared-rotation model's residual undoes its rotation exactly.
+CONTROL_SEED = 1_000_000
+
+
 @torch.no_grad()
 def analyse(model: Transformer, tokens: torch.Tensor, n_rotations: int = 8, seed: int = 0) -> pd.DataFrame:
     """Per layer boundary: the kurtosis metric and its rotation control, outlier dimensions by
@@ -74,7 +79,7 @@ def analyse(model: Transformer, tokens: torch.Tensor, n_rotations: int = 8, seed
     _, cache = model.run_with_cache(tokens, [f"blocks.{i}.hook_mlp_in" for i in range(model.cfg.n_layers)])
     rows = []
     for layer, acts in enumerate(stream):
-        control_mean, control_sd = stats.rotated_kurtosis(acts, n_rotations, seed=seed)
+        control_mean, control_sd = stats.rotated_kurtosis(acts, n_rotations, seed=CONTROL_SEED + seed)
         mlp_in = cache.get(f"blocks.{layer}.hook_mlp_in")
         rows.append({
             "layer": layer,
