@@ -1,4 +1,5 @@
 # resid: make book | make chapter CH=<name> [P="name=value ..."] | make test | make bench
+#        make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
 # Every target sets itself up first (a virtualenv in .venv, rebuilt only when the pins change).
 
 PYTHON_SYS ?= python3
@@ -6,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup book chapter chapters html test lint bench clean distclean
+.PHONY: setup book chapter chapters html serve publish test lint bench clean distclean
 
 setup: $(STAMP)
 
@@ -26,6 +27,7 @@ chapters: setup
 	$(PY) -m resid.book all $(addprefix -p ,$(P))
 
 html: setup
+	$(PY) -m resid.book results
 	$(VENV)/bin/jupyter-book build book
 	@echo "open book/_build/html/index.html"
 
@@ -33,7 +35,19 @@ chapter: setup
 	@if [ -z "$(CH)" ]; then echo "usage: make chapter CH=<name> [P=\"quick=True seed=1\"]; chapters:"; \
 		$(PY) -m resid.book list; exit 2; fi
 	$(PY) -m resid.book run $(CH) $(addprefix -p ,$(P))
+	$(PY) -m resid.book results
 	$(VENV)/bin/jupyter-book build book
+
+PORT ?= 8000
+# The built book on this machine only (127.0.0.1); for a classroom, open http://localhost:$(PORT).
+serve:
+	@test -f book/_build/html/index.html || { echo "no built book: run make book first"; exit 2; }
+	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory book/_build/html
+
+# The built HTML to the gh-pages branch of the repository's origin (GitHub Pages serves it).
+publish: setup
+	@test -f book/_build/html/index.html || { echo "no built book: run make book first"; exit 2; }
+	$(VENV)/bin/ghp-import --no-jekyll --push --force book/_build/html
 
 test: setup
 	$(PY) -m pytest -q

@@ -13,13 +13,27 @@
 # %% [markdown]
 # # Outliers and kurtosis in a pretrained LM
 #
-# **The claim.** Elhage et al. (2023), *Privileged Bases in the Transformer Residual Stream*,
-# start from an observation of Dettmers et al. (2022): in trained transformers a few coordinates
-# of the residual stream carry values far larger than the rest. Nothing in the architecture
-# should single out a coordinate: every read and write of the residual stream is a full-rank
-# linear map, so rotating the stream and every weight matrix gives the same function. A
-# coordinate that stands out is therefore a *privileged basis*, and something broke the
-# symmetry. In a 200M-parameter model ($d_\text{model} = 1280$) the paper reports
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the measurements that open {cite:t}`elhage2023privileged`: outlier dimensions
+# per layer by {cite:t}`dettmers2022llmint8`'s definition, the kurtosis metric with its
+# random-rotation control, and the massive activations of {cite:t}`sun2024massive`, on the
+# pretrained SmolLM2-135M {cite:p}`allal2025smollm2`.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
+# SmolLM2 converted and cached; {glue:text}`rerun_cold` from a cold cache, whose first load
+# dequantises the model's GGUF file.
+# :::
+#
+# **The claim.** {cite:t}`elhage2023privileged`, *Privileged Bases in the Transformer Residual
+# Stream*, start from an observation of {cite:t}`dettmers2022llmint8`: in trained
+# transformers a few coordinates of the residual stream carry values far larger than the rest.
+# Nothing in the architecture should single out a coordinate: every read and write of the
+# residual stream is a full-rank linear map, so rotating the stream and every weight matrix
+# gives the same function. A coordinate that stands out is therefore a *privileged basis*, and
+# something broke the symmetry. In a 200M-parameter model ($d_\text{model} = 1280$) the paper reports
 #
 # 1. 20 to 60 *outlier dimensions* per typical layer, a dimension counting as an outlier when
 #    any token gives it $|x| > 6$ (Dettmers' definition), and more of them deeper in the model;
@@ -169,6 +183,54 @@ display(
 )
 
 # %% [markdown]
+# ### Exercise 1.1: the metric from its formula
+#
+# Write `my_kurtosis(acts)` for a `[tokens, d_model]` tensor straight from the formula above:
+# centre each token's vector, take the ratio of its fourth moment to its squared second moment,
+# and average over tokens. Check it against `resid.stats.kurtosis_metric` on one layer, and on
+# Gaussian noise of the same shape, where it should give 3.
+#
+# ```python
+# def my_kurtosis(acts: torch.Tensor) -> float:
+#     ...
+# ```
+
+# %% tags=["hide-cell", "solution"]
+def my_kurtosis(acts: torch.Tensor) -> float:
+    centred = acts.double() - acts.double().mean(-1, keepdim=True)
+    return (centred.pow(4).mean(-1) / centred.pow(2).mean(-1).pow(2)).mean().item()
+
+
+layer = min(5, n_boundaries - 1)
+assert abs(my_kurtosis(resid_stream[layer]) - stats.kurtosis_metric(resid_stream[layer])) < 1e-3 * kurt[layer]
+gaussian = torch.randn(n_measured, d_model, generator=torch.Generator().manual_seed(seed))
+assert abs(my_kurtosis(gaussian) - 3) < 0.05
+print(f"boundary {layer}: {my_kurtosis(resid_stream[layer]):.2f}; Gaussian: {my_kurtosis(gaussian):.3f}")
+
+# %% [markdown]
+# ### Exercise 1.2: a rotation of your own
+#
+# The control rotates each token's vector by a Haar-random orthogonal matrix. Build one: take
+# the QR decomposition of a $d \times d$ Gaussian matrix and flip the sign of each column of
+# $Q$ where $R$'s diagonal is negative (without the flip the distribution is not uniform). Check
+# that it is orthogonal, that it keeps every token's norm, and that the kurtosis of the rotated
+# stream at the layer with the largest kurtosis falls to about 3. Before running it: which
+# layer's kurtosis do you expect the rotation to change most, in absolute terms?
+
+# %% tags=["hide-cell", "solution"]
+g = torch.Generator().manual_seed(seed + 1)
+q, r = torch.linalg.qr(torch.randn(d_model, d_model, dtype=torch.float64, generator=g))
+rotation = q * torch.sign(torch.diagonal(r))
+assert torch.allclose(rotation.T @ rotation, torch.eye(d_model, dtype=torch.float64), atol=1e-10)
+heaviest = int(kurt.argmax())
+x = resid_stream[heaviest].double()
+assert torch.allclose((x @ rotation).norm(dim=-1), x.norm(dim=-1), rtol=1e-9)
+rotated_kurt = stats.kurtosis_metric(x @ rotation)
+assert abs(rotated_kurt - 3) < 0.3
+print(f"boundary {heaviest}: kurtosis {kurt[heaviest]:.1f} -> {rotated_kurt:.3f} after the rotation "
+      "(the heaviest layer changes most: a rotation maps every layer to about 3)")  # fmt: skip
+
+# %% [markdown]
 # ## Massive activations
 #
 # The tail is not spread over many coordinates: a few entries are enormous. For each layer we
@@ -232,6 +294,61 @@ pd.DataFrame(
 ).style.format({"value": "{:,.1f}"}).hide(axis="index")
 
 # %% [markdown]
+# ### Exercise 1.3: what moves the metric?
+#
+# First, on paper: take $d = 576$ coordinates that are standard Gaussian except one, which
+# equals $a$. Ignoring the mean, the fourth moment is about $(a^4 + 3(d-1))/d$ and the second
+# about $(a^2 + d-1)/d$. **Predict** the kurtosis for $a = 100$, then check it with
+# `stats.kurtosis_metric` on a thousand such vectors.
+#
+# Then on SmolLM2, at the boundary with the largest kurtosis: **predict** which lowers the
+# metric more when zeroed, the dimension that holds the layer's single largest entry, or the
+# dimension whose $|x|$ is largest on the median token? Check it.
+
+# %% tags=["hide-cell", "solution"]
+d, a = 576, 100.0
+predicted = d * (a**4 + 3 * (d - 1)) / (a**2 + d - 1) ** 2
+vectors = torch.randn(1000, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+vectors[:, 0] = a
+measured = stats.kurtosis_metric(vectors)
+assert abs(measured - predicted) < 0.05 * predicted
+print(f"a = {a:g}: predicted {predicted:.0f}, measured {measured:.0f}")
+
+x = resid_stream[heaviest]
+largest_entry_dim = stats.massive_activations(x, k=1)[0]["dim"]
+typical_dim = int(x.abs().median(dim=0).values.argmax())
+
+
+def kurtosis_without(dim: int) -> float:
+    zeroed = x.clone()
+    zeroed[:, dim] = 0
+    return stats.kurtosis_metric(zeroed)
+
+
+k_largest, k_typical = kurtosis_without(largest_entry_dim), kurtosis_without(typical_dim)
+assert typical_dim == largest_entry_dim or k_typical < k_largest
+assert k_typical < 0.5 * kurt[heaviest]
+print(f"boundary {heaviest}: kurtosis {kurt[heaviest]:.1f}; without dim {largest_entry_dim} (largest entry) "
+      f"{k_largest:.1f}; without dim {typical_dim} (largest on the median token) {k_typical:.1f}. "
+      "The metric averages over tokens: a dimension large on every token moves it, a huge entry on "
+      "a few tokens hardly does.")  # fmt: skip
+
+
+# %% [markdown]
+# ## Takeaways
+#
+# - A pretrained model that nobody tuned for this shows the paper's privileged basis plainly:
+#   the kurtosis of its residual stream sits orders of magnitude above the Gaussian value, and a
+#   random rotation of the very same vectors erases it. The basis matters to the model, not to
+#   the statistic.
+# - Dettmers' absolute threshold does not transfer between models whose residual streams have
+#   different scales; divide by the layer's RMS first.
+# - Much of the tail is a few *massive activations* in one or two dimensions. The next chapters
+#   ask where such a basis comes from, by training small models with and without the ingredients
+#   the paper suspects.
+
+# %% [markdown]
+# (claims-outliers)=
 # ## The paper's claims beside ours
 #
 # The paper's numbers are for its 200M-parameter model with $d_\text{model}=1280$ on its own
@@ -286,19 +403,6 @@ claims = pd.DataFrame(
 )
 claims.style.hide(axis="index")
 
-# %% [markdown]
-# ## Takeaways
-#
-# - A pretrained model that nobody tuned for this shows the paper's privileged basis plainly:
-#   the kurtosis of its residual stream sits orders of magnitude above the Gaussian value, and a
-#   random rotation of the very same vectors erases it. The basis matters to the model, not to
-#   the statistic.
-# - Dettmers' absolute threshold does not transfer between models whose residual streams have
-#   different scales; divide by the layer's RMS first.
-# - Much of the tail is a few *massive activations* in one or two dimensions. The next chapters
-#   ask where such a basis comes from, by training small models with and without the ingredients
-#   the paper suspects.
-
 # %%
 results = {
     "chapter": "outliers",
@@ -319,4 +423,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-book.save_results(results)
+book.save_results(results, rerun={"model_name": model_name, "n_tokens": n_tokens, "seed": seed})

@@ -13,7 +13,21 @@
 # %% [markdown]
 # # Kurtosis: when does a small model grow a privileged basis?
 #
-# **The claim.** Elhage et al. (2023) saw outlier dimensions and a kurtosis far above 3 in a
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the central measurement of {cite:t}`elhage2023privileged` (residual-stream
+# kurtosis far above 3, a randomly rotated copy at 3) in byte-level decoders trained here, and
+# finds the smallest CPU training regime where it appears, by a sweep over the levers the paper
+# and {cite:t}`he2024outliers` point to.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
+# training runs cached; {glue:text}`rerun_cold` from a cold cache, which trains every run of the
+# sweep and every seed of the regime.
+# :::
+#
+# **The claim.** {cite:t}`elhage2023privileged` saw outlier dimensions and a kurtosis far above 3 in a
 # 200M-parameter model after about a billion tokens, and a rotated copy of the same activations
 # at 3. The outliers chapter found the same in SmolLM2. Before we can ask *why* (the next
 # chapters), we need a model we can train here, on two CPU cores in minutes, that shows the
@@ -22,7 +36,7 @@
 # **The experiment.** A byte-level decoder ($d_\text{model}=128$, 4 layers, context 128) trained
 # on the Python documentation, changing one lever at a time from a small baseline: learning
 # rate, training length, Adam's $\beta_2$ and $\epsilon$, weight decay, width, and the corpus
-# (the standard library's source code, the kind of data He et al. (2024) studied outlier
+# (the standard library's source code, the kind of data {cite:t}`he2024outliers` studied outlier
 # features on). Every run logs the kurtosis of the residual stream at each layer boundary every
 # 100 steps, with one fixed random rotation as the control.
 
@@ -57,13 +71,6 @@ started = time.time()
 sweep, regime = dict(experiments.SWEEP), experiments.REGIME
 
 
-def shrink(cfg):  # quick mode: every code path on a tiny model, none of the conclusions
-    tiny = replace(cfg.model, d_model=32, d_mlp=64, n_layers=2, n_heads=2)
-    return replace(
-        cfg, model=tiny, steps=40, warmup_steps=5, eval_every=20, checkpoint_every=20, batch_size=8
-    )
-
-
 if quick:
     sweep = {name: experiments.quick_config(cfg) for name, cfg in list(sweep.items())[:3]}
     regime, seeds, n_sequences, n_rotations = experiments.quick_config(regime), (0, 1), 4, 2
@@ -86,6 +93,32 @@ sanity = pd.DataFrame([
      "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*stats.rotated_kurtosis(heavy, n_rotations))},
 ])  # fmt: skip
 sanity.style.format({"kurtosis": "{:.2f}"}).hide(axis="index")
+
+# %% [markdown]
+# ### Exercise 2.1: a formula, and where it fails
+#
+# Give $k$ of $d$ Gaussian coordinates a standard deviation $s$ and the rest 1. The
+# distribution of one entry then has kurtosis
+# $3d\,(k s^4 + d - k)\,/\,(k s^2 + d - k)^2$. **Predict** from it the metric for the table's
+# second row ($k=4$, $d=128$, $s=8$), and for $k = 1, 16, 32, 64$. Then measure each (scale the
+# first $k$ columns of `gaussian`). Where does the formula fail, and why? (The metric is a mean
+# over tokens of a ratio computed from one token's $d$ entries.)
+
+# %% tags=["hide-cell", "solution"]
+d, s_heavy = gaussian.shape[1], 8.0
+rows = []
+for k in (1, 4, 16, 32, 64):
+    scaled = gaussian.clone()
+    scaled[:, :k] *= s_heavy
+    formula = 3 * d * (k * s_heavy**4 + d - k) / (k * s_heavy**2 + d - k) ** 2
+    rows.append({"k": k, "formula": formula, "measured": stats.kurtosis_metric(scaled)})
+formula_check = pd.DataFrame(rows).set_index("k")
+# With many heavy coordinates every token sees enough of them for its own ratio to be right;
+# with one or four, most tokens' heavy entries happen to be small, and the mean of the
+# per-token ratios falls far below the ratio of the moments.
+ratio = formula_check["measured"] / formula_check["formula"]
+assert (ratio.loc[[32, 64]] - 1).abs().max() < 0.1 and (ratio.loc[[1, 4]] < 0.8).all()
+formula_check.style.format("{:.1f}")
 
 # %% [markdown]
 # ## The sweep: kurtosis over training, one lever at a time
@@ -138,6 +171,30 @@ display(
         else "In no run does the kurtosis fall by more than 10% from its peak before the end of training."
     )
 )
+
+# %% [markdown]
+# ### Exercise 2.2: when does the basis appear?
+#
+# From the logged curves (`blocks`: one row per run, step and layer), find for each run the
+# first evaluation step at which some layer's kurtosis exceeds 5, or none. **Predict** first:
+# do the runs with a higher learning rate cross earlier, later, or not at all?
+
+# %% tags=["hide-cell", "solution"]
+threshold = 5.0
+by_step = blocks.groupby(["run", "step"])["kurtosis"].max().reset_index()
+crossing = {
+    run: (group.loc[group["kurtosis"] > threshold, "step"].min() if (group["kurtosis"] > threshold).any()
+          else None)
+    for run, group in by_step.groupby("run", sort=False)
+}  # fmt: skip
+for run, step in crossing.items():
+    group = by_step[by_step.run == run]
+    if step is None:
+        assert group["kurtosis"].max() <= threshold
+    else:  # nothing crossed before the step found, and something did at it
+        assert (group.loc[group.step < step, "kurtosis"] <= threshold).all()
+        assert group.loc[group.step == step, "kurtosis"].max() > threshold
+pd.Series(crossing, name=f"first step with kurtosis > {threshold:g}").to_frame()
 
 # %% [markdown]
 # Which run should the later chapters use? The target: kurtosis of at least 10 in some layer,
@@ -237,6 +294,29 @@ per_layer = analysis.groupby("layer")[columns].mean()
 per_layer.style.format("{:.2f}")
 
 # %% [markdown]
+# ### Exercise 2.3: train and measure a model of your own
+#
+# With `resid.train.train` and `resid.experiments.quick_config(experiments.REGIME)` (a tiny
+# version of the regime, seconds to train), train a model, read its residual stream on held-out
+# text (`model.residual_stream(experiments.held_out_tokens(cfg, 4))`) and compute, per layer
+# boundary, the kurtosis metric and its rotated control with `resid.stats`. **Predict** before
+# running: which of the two can you be sure of without training?
+
+# %% tags=["hide-cell", "solution"]
+tiny = experiments.quick_config(experiments.REGIME)
+tiny_model = train(tiny, progress=False).model
+stream = tiny_model.residual_stream(experiments.held_out_tokens(tiny, 4))
+own = pd.DataFrame([{"layer": i, "kurtosis": stats.kurtosis_metric(acts),
+                     "rotated": stats.rotated_kurtosis(acts, 4, seed=experiments.CONTROL_SEED)[0]}
+                    for i, acts in enumerate(stream)])  # fmt: skip
+# the control: a rotated vector's entries are close to Gaussian whatever the model learned
+# (a little below 3 at this width: the sample kurtosis of d Gaussians averages 3(d-1)/(d+1))
+d_tiny = tiny.model.d_model
+assert (own["rotated"] - 3 * (d_tiny - 1) / (d_tiny + 1)).abs().max() < 0.4
+own.style.format("{:.2f}").hide(axis="index")
+
+# %% [markdown]
+# (claims-kurtosis)=
 # ## The paper's claims beside ours
 
 # %%
@@ -274,4 +354,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-book.save_results(results)
+book.save_results(results, rerun={"seeds": seeds, "n_sequences": n_sequences, "seed": seed})

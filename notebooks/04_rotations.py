@@ -13,7 +13,22 @@
 # %% [markdown]
 # # Rotations
 #
-# **The claims.** Elhage et al. (2023) argue that nothing in a transformer's forward pass
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the rotation experiments of {cite:t}`elhage2023privileged`: the forward pass
+# of a basis-free model is invariant under a rotation of every weight; models trained with a
+# shared rotation or independent rotations on every residual read and write learn as well, and
+# their residual stream loses its heavy tails while the shared model's computation basis keeps
+# them. Then the rotation trick of {cite:t}`ashkboos2024quarot` on the pretrained SmolLM2.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
+# training runs and SmolLM2 cached; {glue:text}`rerun_cold` from a cold cache, which trains the
+# basis-free, LayerNorm, shared- and independent-rotation models for every seed.
+# :::
+#
+# **The claims.** {cite:t}`elhage2023privileged` argue that nothing in a transformer's forward pass
 # prefers the standard basis of the residual stream, once LayerNorm is replaced by a basis-free
 # norm ($\mathrm{RMSNorm}(x) = \alpha\, x / \mathrm{RMS}(x)$ with one scalar gain $\alpha$):
 #
@@ -27,9 +42,10 @@
 #    as the baseline's residual stream, and the independent-rotation model shows little: the
 #    privileged basis is made by the layers' computation, not by the residual stream.
 #
-# The same trick makes quantisation work on real models (QuaRot, SpinQuant): fold the norms'
-# gains into the next matrices, rotate, and the outlier dimensions are gone with the function
-# unchanged. We do that to SmolLM2.
+# The same trick makes quantisation work on real models (QuaRot {cite:p}`ashkboos2024quarot`,
+# SpinQuant {cite:p}`liu2024spinquant`): fold the norms' gains into the next matrices,
+# rotate, and the outlier dimensions are gone with the function unchanged. We do that to
+# SmolLM2.
 
 # %% tags=["parameters"]
 model_name = "smollm2-135m"  # the pretrained model for the QuaRot-style rotation
@@ -114,6 +130,29 @@ display(Markdown(
 ))  # fmt: skip
 
 # %% [markdown]
+# ### Exercise 4.1: forget one matrix
+#
+# `rotate_residual` multiplies every matrix that reads the residual stream by $R$ and every one
+# that writes it by $R^\top$. Rotate the seed-0 basis-free model in float64, then put back the
+# unrotated output matrix of block 0's MLP (`blocks[0].mlp.W_out`), as a bug in a hand-written
+# rotation would. **Predict**: does the loss move by float noise, by a little, or by a lot?
+
+# %% tags=["hide-cell", "solution"]
+model64 = copy.deepcopy(trained("basisfree", seeds[0]).model).double()
+rotation = stats.haar_rotation(base.model.d_model, seed=7, dtype=torch.float64)
+with torch.no_grad():
+    reference = model64.loss(tokens).item()
+    exact = rotate_residual(model64, rotation)
+    buggy = rotate_residual(model64, rotation)
+    buggy.blocks[0].mlp.W_out.weight.copy_(model64.blocks[0].mlp.W_out.weight)
+    exact_change = abs(exact.loss(tokens).item() - reference)
+    buggy_change = abs(buggy.loss(tokens).item() - reference)
+assert exact_change < 1e-9 and buggy_change > 1e3 * max(exact_change, 1e-15)
+print(f"every matrix rotated: |Δloss| {exact_change:.1e}; one writer left out: {buggy_change:.3f} nats. "
+      "The MLP's output lands in the old basis, where every later layer reads it as a different "
+      "vector.")  # fmt: skip
+
+# %% [markdown]
 # ## 2. LayerNorm is not, until it is folded
 #
 # LayerNorm depends on the basis twice: it subtracts the mean, a dot product with
@@ -191,6 +230,32 @@ display(Markdown(
 ))  # fmt: skip
 
 # %% [markdown]
+# ### Exercise 4.2: the smallest rotation that matters
+#
+# A Givens rotation turns only one plane: it mixes two coordinates and leaves the rest alone.
+# Build one that mixes, by 45°, the dimension holding SmolLM2's largest residual entry with
+# another dimension, apply it to the folded model with `rotate_residual`, and compare the logits
+# and the largest entry at that layer. **Predict** both before running.
+
+# %% tags=["hide-cell", "solution"]
+peak_layer = int(max_before.argmax())
+massive_dim = int(before[peak_layer].abs().amax(dim=0).argmax())
+other = (massive_dim + 1) % smol.cfg.d_model
+givens = torch.eye(smol.cfg.d_model, dtype=torch.float64)
+c = s_ = 2**-0.5  # cos and sin of 45°
+givens[massive_dim, massive_dim], givens[massive_dim, other] = c, s_
+givens[other, massive_dim], givens[other, other] = -s_, c
+with torch.no_grad():
+    turned = rotate_residual(folded.double(), givens).float()
+    givens_difference = (turned(smol_tokens) - logits).abs().max().item()
+    turned_max = turned.residual_stream(smol_tokens)[peak_layer].abs().max().item()
+assert torch.allclose(givens @ givens.T, torch.eye(smol.cfg.d_model, dtype=torch.float64))
+assert givens_difference < 1e-2 and turned_max < 0.8 * max_before[peak_layer]
+print(f"max |Δlogit| {givens_difference:.1e}: the same function. Largest entry at boundary {peak_layer}: "
+      f"{max_before[peak_layer]:,.0f} -> {turned_max:,.0f} (about 1/√2: it is now shared by two "
+      "coordinates).")  # fmt: skip
+
+# %% [markdown]
 # ## 4. Training in rotated bases
 #
 # Now the rotations are part of the model during training: fixed random matrices on every read
@@ -220,6 +285,32 @@ summary = finals.groupby("variant")["val loss"].agg(["mean", "std"]).loc[names]
 display(summary.style.format("{:.4f}"))
 
 # %% [markdown]
+# ### Exercise 4.3: where the computation basis lives
+#
+# In the shared-rotation model each MLP reads $\mathrm{norm}(x) R$, where $x$ is the residual
+# stream after attention (`blocks.{i}.hook_resid_mid`) and $R$ is the block's buffer `R_mlp_in`.
+# **Predict**: the kurtosis of what the MLP reads (`blocks.{i}.hook_mlp_in`) equals the kurtosis
+# of which tensor you can build from the residual stream alone? Check it with
+# `model.run_with_cache` for every block.
+
+# %% tags=["hide-cell", "solution"]
+shared = trained("shared rotation", seeds[0]).model
+hooks = [f"blocks.{i}.hook_{p}" for i in range(base.model.n_layers) for p in ("resid_mid", "mlp_in")]
+_, cache = shared.run_with_cache(tokens, hooks)
+rows = []
+for i, block in enumerate(shared.blocks):
+    mid, mlp_in = cache.get(f"blocks.{i}.hook_resid_mid"), cache.get(f"blocks.{i}.hook_mlp_in")
+    # the basis-free norm scales each token by one number, which kurtosis ignores: only R matters
+    rows.append({"block": i, "residual": stats.kurtosis_metric(mid),
+                 "residual @ R_mlp_in": stats.kurtosis_metric(mid @ block.R_mlp_in),
+                 "MLP input": stats.kurtosis_metric(mlp_in)})  # fmt: skip
+computation_basis = pd.DataFrame(rows).set_index("block")
+gap = (computation_basis["residual @ R_mlp_in"] - computation_basis["MLP input"]).abs()
+assert (gap < 1e-3 * computation_basis["MLP input"]).all()
+computation_basis.style.format("{:.3f}")
+
+# %% [markdown]
+# (claims-rotations)=
 # ## The paper's claims beside ours
 
 # %%
@@ -292,4 +383,6 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-book.save_results(results)
+book.save_results(
+    results, rerun={"model_name": model_name, "seeds": seeds, "n_sequences": n_sequences, "seed": seed}
+)

@@ -13,7 +13,22 @@
 # %% [markdown]
 # # Attribution: which tokens and which components a prediction rests on
 #
-# **The claims.** Ferrando et al.'s *Primer* (2024) sorts the ways of localising a prediction
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the attribution methods of {cite:t}`ferrando2024primer` (sections on input
+# attribution and on component attribution): gradient, gradient × input, integrated gradients
+# {cite:p}`sundararajan2017ig`, occlusion and contrastive attribution
+# {cite:p}`yin2022contrastive`; the direct logit attribution and the logit lens
+# {cite:p}`nostalgebraist2020logitlens`, on SmolLM2's indirect-object identification
+# {cite:p}`wang2023ioi` and capital cities.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
+# SmolLM2 converted and cached; {glue:text}`rerun_cold` from a cold cache.
+# :::
+#
+# **The claims.** The *Primer* of {cite:t}`ferrando2024primer` sorts the ways of localising a prediction
 # into two families. *Input attribution* scores each input token: the gradient's norm,
 # gradient × input, integrated gradients (IG, which is *complete*: its scores sum to
 # $f(x) - f(\tilde x)$), occlusion (delete the token and see what changes), and contrastive
@@ -39,6 +54,7 @@ seed = 0
 quick = False  # a small run for CI
 
 # %%
+import re
 import time
 import warnings
 
@@ -256,6 +272,25 @@ top_table = pd.DataFrame(top_rows).pivot_table(
 display(top_table.style.format("{:.0%}").background_gradient(cmap="Greens", vmin=0, vmax=1))
 
 # %% [markdown]
+# ### Exercise 6.1: gradient × input by hand
+#
+# `attribution.prediction_score(model, tokens, target, foil)` is the function being explained:
+# it maps input embeddings (`model.embed_tokens(tokens)`) to the logit difference. Compute
+# gradient × input for the first IOI prompt with `torch.autograd.grad` (the gradient with
+# respect to each position's embedding, times the embedding, summed over `d_model`), and check
+# it against the contrastive scores in `attributions`.
+
+# %% tags=["hide-cell", "solution"]
+task, i, prompt, target, foil = cases[0]
+score = attribution.prediction_score(model, prompt.reshape(1, -1), target, foil)
+embeddings = model.embed_tokens(prompt.reshape(1, -1)).detach().requires_grad_()
+(gradient,) = torch.autograd.grad(score(embeddings).sum(), embeddings)
+by_hand = (gradient * embeddings).sum(-1)[0].detach().numpy()
+library = attributions[(attributions.task == task) & (attributions.prompt == i) & attributions.contrastive]
+assert np.allclose(by_hand[library.position], library["gradient x input"], rtol=1e-3, atol=1e-4)
+print("position by position:", np.round(by_hand[library.position], 3))
+
+# %% [markdown]
 # ## Direct logit attribution on IOI
 #
 # With the final norm's scale frozen at its value on each prompt, the logit difference
@@ -290,6 +325,34 @@ top_components = dla.reindex(dla["dla"].abs().sort_values(ascending=False).index
 display(top_components.style.format({"dla": "{:+.3f}"}).hide(axis="index"))
 
 # %% [markdown]
+# ### Exercise 6.2: one head's direct effect, by hand
+#
+# Take the head with the largest |DLA|. Its write to the residual stream at the last position is
+# its output `blocks.{L}.attn.hook_z[:, -1, H]` times its slice of the output matrix
+# (`W_O.weight[:, H*d_head:(H+1)*d_head]`). Pass that through the final norm frozen at each
+# prompt's scale (`attribution.frozen_final_norm`) and project it on
+# $W_U[\text{IO}] - W_U[\text{S}]$. Check your mean over prompts against `dla`. **Predict**
+# first: if you ablated this head, would the logit difference fall by exactly this much?
+
+# %% tags=["hide-cell", "solution"]
+top_head = head_rows.loc[head_rows["dla"].abs().idxmax(), "component"]
+layer, head = map(int, re.fullmatch(r"L(\d+)H(\d+)", top_head).groups())
+final_name = model.resid_names()[-1]
+with torch.no_grad():
+    _, head_cache = model.run_with_cache(ioi.tokens, [f"blocks.{layer}.attn.hook_z", final_name])
+    d_head = model.cfg.head_dim
+    w_o = model.blocks[layer].attn.W_O.weight[:, head * d_head : (head + 1) * d_head]
+    head_write = head_cache[f"blocks.{layer}.attn.hook_z"][:, -1, head] @ w_o.T
+    normed = attribution.frozen_final_norm(model, head_cache[final_name][:, -1])(head_write)
+    direction = model.unembed.weight[ioi.answers] - model.unembed.weight[ioi.foils]
+    head_dla = (normed * direction).sum(-1).mean().item()
+library_dla = dla.loc[dla.component == top_head, "dla"].item()
+assert abs(head_dla - library_dla) < 1e-3 * max(1.0, abs(library_dla))
+print(f"{top_head}: {head_dla:+.4f} by hand, {library_dla:+.4f} from resid. Not necessarily: the DLA is "
+      "the direct path only; ablating the head also changes what later layers read (the patching "
+      "chapter measures that).")  # fmt: skip
+
+# %% [markdown]
 # ## The logit lens on capital cities
 #
 # The residual stream after each block, read out through the final norm and unembedding, on
@@ -311,6 +374,41 @@ print(
 )
 
 # %% [markdown]
+# ### Exercise 6.3: the lens at both ends
+#
+# Read the residual stream of the capital prompts yourself (`model.residual_stream`), apply the
+# final norm (`model.ln_final`) and the unembedding (`model.unembed`) to the last position at
+# every boundary. **Predict** two things first: at the last boundary, how does your readout
+# compare with the model's own logits? At boundary 0 (the embedding alone), which token does it
+# rank first for "... is"?
+
+# %% tags=["hide-cell", "solution"]
+with torch.no_grad():
+    n_prompts, n_positions = capital_tokens.shape  # residual_stream flattens prompts and positions
+    stream = model.residual_stream(capital_tokens).view(-1, n_prompts, n_positions, model.cfg.d_model)
+    stream = stream[:, :, -1]  # [boundary, prompt, d_model] at the last position
+    readout = model.unembed(model.ln_final(stream))
+    output = model(capital_tokens)[:, -1]
+assert torch.allclose(readout[-1], output, atol=1e-3)
+first_guess = tokenizer.decode([int(readout[0, 0].argmax())])
+last_input = tokenizer.decode([int(capital_tokens[0, -1])])
+echo = (" the input token itself: read back through the (tied) unembedding, a token's embedding points "
+        "at that token" if first_guess == last_input else " not the input token")  # fmt: skip
+print(f"last boundary: max |readout - logits| {(readout[-1] - output).abs().max().item():.1e}, the same "
+      f"computation. Boundary 0 ranks {first_guess!r} first for {texts[0]!r}:{echo}.")  # fmt: skip
+
+
+# %% [markdown]
+# **Takeaways.** Completeness is an identity of the integral and holds to 1% on small models
+# (the tests check it); on SmolLM2 the score jumps by logits within a fraction of a percent of
+# the path, so IG at a few hundred steps is dominated by integration error, and its token
+# scores are shown but not used for conclusions. Gradient scores measure sensitivity, not
+# contribution; the table says how far they agree with deleting the token. The direct logit
+# attribution adds up exactly and is concentrated in a handful of late heads: the candidates
+# the patching chapter tests causally.
+
+# %% [markdown]
+# (claims-attribution)=
 # ## The Primer's claims beside ours
 
 # %%
@@ -375,15 +473,6 @@ claims = pd.DataFrame(
 )
 claims.fillna("").style.hide(axis="index")
 
-# %% [markdown]
-# **Takeaways.** Completeness is an identity of the integral and holds to 1% on small models
-# (the tests check it); on SmolLM2 the score jumps by logits within a fraction of a percent of
-# the path, so IG at a few hundred steps is dominated by integration error, and its token
-# scores are shown but not used for conclusions. Gradient scores measure sensitivity, not
-# contribution; the table says how far they agree with deleting the token. The direct logit
-# attribution adds up exactly and is concentrated in a handful of late heads: the candidates
-# the patching chapter tests causally.
-
 # %%
 results = {
     "chapter": "attribution",
@@ -397,4 +486,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-book.save_results(results)
+book.save_results(results, rerun={"model_name": model_name, "n_ioi": n_ioi, "seed": seed})

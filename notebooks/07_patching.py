@@ -13,6 +13,20 @@
 # %% [markdown]
 # # Patching: causal interventions, paths and circuits
 #
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the causal methods of {cite:t}`ferrando2024primer`: activation patching with
+# zero, mean, resample and noise interventions under logit-difference and KL metrics, path
+# patching, and circuit discovery by edge attribution patching {cite:p}`nanda2023attribution,syed2023eap`
+# against exact patching and ACDC {cite:p}`conmy2023acdc`, on SmolLM2's indirect-object
+# identification {cite:p}`wang2023ioi` and a two-layer induction model trained here.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
+# SmolLM2 and the induction model cached; {glue:text}`rerun_cold` from a cold cache.
+# :::
+#
 # **The claims.** Attribution says what a prediction *correlates* with; the Primer's causal
 # methods change an activation and watch the output. *Activation patching* replaces one
 # component's activation by another value: zero, the mean over a counterfactual set, the
@@ -24,7 +38,7 @@
 # patching effect at once from one backward pass, where ACDC prunes edges one forward pass at
 # a time.
 #
-# **The experiment.** Indirect-object identification on SmolLM2 (the task of Wang et al.'s
+# **The experiment.** Indirect-object identification on SmolLM2 (the task of {cite:t}`wang2023ioi`'s
 # GPT-2 circuit, the Primer's main example), with its counterfactual: the same prompt naming
 # the other person again, which flips the answer. Every intervention is applied to the clean
 # run and the drop of the logit difference "indirect object − subject" is measured.
@@ -111,7 +125,7 @@ plt.show()
 # %% [markdown]
 # Information about which name is repeated sits at the second mention of the subject (S2)
 # in the early layers and moves to the final position in the middle layers, where the late
-# heads read it: the same shape as Wang et al.'s GPT-2 small circuit.
+# heads read it: the same shape as {cite:t}`wang2023ioi`'s GPT-2 small circuit.
 
 # %%
 s2 = int(np.nonzero(clean[0].numpy() != counterfactual[0].numpy())[0][0])
@@ -125,6 +139,23 @@ print(
     f"the position that differs is {s2} ({labels[s2]!r}); from layer {move_layer} on, patching the final "
     f"position matters more than patching S2"
 )
+
+# %% [markdown]
+# ### Exercise 7.1: the first row, exactly
+#
+# **Predict** the first row of the map above (layer 0: the residual stream *is* the token and
+# position embeddings) before looking at it closely. Where the clean and counterfactual prompts
+# have the same token, what does patching change? Where they differ? What must the lost
+# fractions, $1 - $ recovered, add up to over the row? Check.
+
+# %% tags=["hide-cell", "solution"]
+differs = (clean != counterfactual).any(0)  # positions where some prompt has a different token
+lost = 1 - recovered[0]
+assert (lost[~differs].abs() < 1e-4).all()
+# each prompt differs at one position; patching it there runs the counterfactual exactly
+assert ((clean != counterfactual).sum(1) == 1).all() and abs(lost.sum().item() - 1) < 1e-3
+print(f"layer 0: nothing lost where the prompts agree; {lost[differs].sum().item():.4f} of the logit "
+      f"difference lost over the {int(differs.sum())} position(s) where they differ.")  # fmt: skip
 
 # %% [markdown]
 # ## Every head, four interventions, two metrics
@@ -201,10 +232,45 @@ print(
 )
 
 # %% [markdown]
+# ### Exercise 7.2: patch one head by hand, and patch with the clean value
+#
+# Resample-patch the head whose resampling hurts most, with a hook of your own: in
+# `model.hooks([(f"blocks.{L}.attn.hook_z", fn)])`, `fn(z, hook)` returns `z` with head `H`'s
+# slice replaced by the counterfactual's (`values["resample"][name]`). Compare the change of the
+# logit difference with the map. Then the sanity check every patching pipeline needs:
+# **predict** what `patching.patch_heads` returns when each head is "patched" with its own clean
+# value, and check it on four prompts.
+
+# %% tags=["hide-cell", "solution"]
+worst = int(effects[("resample", "logit difference")].flatten().argmin())
+layer, head = divmod(worst, model.cfg.n_heads)
+name = f"blocks.{layer}.attn.hook_z"
+
+
+def resample_one_head(z: torch.Tensor, hook) -> torch.Tensor:
+    z = z.clone()
+    z[:, :, head] = values["resample"][name][:, :, head]
+    return z
+
+
+with torch.no_grad():
+    by_hand = logit_diff(model.run_with_hooks(clean, [(name, resample_one_head)])[:, -1]).mean().item()
+from_map = effects[("resample", "logit difference")][layer, head].item()
+assert abs((by_hand - clean_ld) - from_map) < 1e-3 * max(1.0, abs(from_map))
+few = slice(0, 4)
+_, clean_cache = model.run_with_cache(clean[few], z_names)
+unchanged = patching.patch_heads(model, clean[few], clean_cache, patching.LogitDiff(answers[few], foils[few]))
+with torch.no_grad():
+    reference = patching.LogitDiff(answers[few], foils[few])(model(clean[few])[:, -1]).mean().item()
+assert (unchanged - reference).abs().max() < 1e-3
+print(f"L{layer}H{head}: Δ logit diff {by_hand - clean_ld:+.3f} by hand, {from_map:+.3f} in the map. "
+      f"Clean patches: largest change {(unchanged - reference).abs().max().item():.1e}.")  # fmt: skip
+
+# %% [markdown]
 # ## Path patching: which heads feed the name movers?
 #
 # The heads whose resample patching hurts most in the late layers are the candidates for
-# Wang et al.'s *name movers* (they copy the indirect object's name to the output). Path
+# {cite:t}`wang2023ioi`'s *name movers* (they copy the indirect object's name to the output). Path
 # patching asks which earlier heads matter *through them*: for every sender head, only the
 # edges sender → receivers carry the counterfactual value; everything else, including the
 # sender's other paths, is left clean.
@@ -387,6 +453,35 @@ display(comparison.style.format({"recovered": "{:.0%}", "seconds": "{:.2f}"}).hi
 print(f"induction model: clean logit diff {small_clean_ld:.2f}, counterfactual {small_counter_ld:.2f}")
 
 # %% [markdown]
+# ### Exercise 7.3: the two ends of a circuit
+#
+# `patching.circuit_metric(model, clean, corrupted, metric, kept)` runs the clean prompt with
+# every edge outside `kept` carrying its value from the counterfactual run. **Predict** the
+# fraction recovered (`small_recovered`) when `kept` holds every edge of the graph, and when it
+# holds none. Check both on the induction model. Why is the second one not obvious for a graph
+# whose only inputs are the embedding's edges?
+
+# %% tags=["hide-cell", "solution"]
+every_edge = small_graph.allowed.clone()
+no_edge = torch.zeros_like(small_graph.allowed)
+all_kept, none_kept = small_recovered(every_edge), small_recovered(no_edge)
+assert abs(all_kept - 1) < 1e-3 and abs(none_kept) < 1e-3
+print(f"every edge kept: {all_kept:.4f}; none: {none_kept:.4f}. With none kept every node reads only "
+      "corrupted values, including the embedding's, so the run is the counterfactual's exactly.")  # fmt: skip
+
+# %% [markdown]
+# **Takeaways.** On SmolLM2 the IOI behaviour has the shape {cite:t}`wang2023ioi` found in GPT-2 small:
+# the repeated name's position matters in the early layers, the final position in the late
+# ones, and a few late heads carry the answer. Which heads look important depends on the
+# intervention: zero and noise ablation share only part of their top ten with resampling,
+# the one intervention that stays on the model's own distribution. EAP's estimates follow
+# exact patching on SmolLM2's IOI edges, at a tiny fraction of the cost, but not on the
+# small induction model, where its top edges make a circuit that recovers almost nothing
+# and ACDC's greedy search, one forward pass per edge, finds a small faithful one. A linear
+# estimate is only as good as the model is linear in the edge.
+
+# %% [markdown]
+# (claims-patching)=
 # ## The Primer's claims beside ours
 
 # %%
@@ -449,17 +544,6 @@ claims = pd.DataFrame(
 )
 claims.fillna("").style.hide(axis="index")
 
-# %% [markdown]
-# **Takeaways.** On SmolLM2 the IOI behaviour has the shape Wang et al. found in GPT-2 small:
-# the repeated name's position matters in the early layers, the final position in the late
-# ones, and a few late heads carry the answer. Which heads look important depends on the
-# intervention: zero and noise ablation share only part of their top ten with resampling,
-# the one intervention that stays on the model's own distribution. EAP's estimates follow
-# exact patching on SmolLM2's IOI edges, at a tiny fraction of the cost, but not on the
-# small induction model, where its top edges make a circuit that recovers almost nothing
-# and ACDC's greedy search, one forward pass per edge, finds a small faithful one. A linear
-# estimate is only as good as the model is linear in the edge.
-
 # %%
 results = {
     "chapter": "patching",
@@ -479,4 +563,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-book.save_results(results)
+book.save_results(results, rerun={"model_name": model_name, "n_prompts": n_prompts, "seed": seed})

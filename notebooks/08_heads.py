@@ -13,10 +13,26 @@
 # %% [markdown]
 # # Heads and the residual stream: what components do
 #
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the component behaviours surveyed by {cite:t}`ferrando2024primer`:
+# previous-token, duplicate-token and induction heads {cite:p}`olsson2022induction`, OV and QK
+# circuits {cite:p}`elhage2021framework`, copy suppression {cite:p}`mcdougall2023copy`, the
+# direct path as bigram statistics, and the outsized effect of outlier dimensions
+# {cite:p}`kovaleva2021busters,puccetti2022frequency`, on SmolLM2 and on small models trained
+# here.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
+# SmolLM2 and the trained models cached; {glue:text}`rerun_cold` from a cold cache, which also
+# trains the two-layer induction model and the byte-level model.
+# :::
+#
 # **The claims.** The Primer's survey of findings (section 5) lists what individual heads and
 # the residual stream are known to do: *previous-token* and *duplicate-token* heads, and
 # *induction heads*, which compose with a previous-token head to continue a pattern seen
-# earlier in the context (and appear suddenly during training, Olsson et al. 2022); heads
+# earlier in the context (and appear suddenly during training, {cite:t}`olsson2022induction`); heads
 # whose OV circuit *copies* what they attend to, and *copy-suppression* heads that lower the
 # logit of a token they attend to if the model is predicting it; a *direct path* (embedding
 # straight to unembedding) that behaves like bigram statistics; and *outlier dimensions* of
@@ -105,7 +121,27 @@ display(
 )
 
 # %% [markdown]
-# The mechanism is the one Olsson et al. describe: previous-token heads in layer 0, induction
+# ### Exercise 8.1: an induction score of your own
+#
+# On `small_tokens` (random tokens, the last `period` of them repeating the `period` before),
+# an induction head at query position $q$ in the repeat attends to $q - \text{period} + 1$: the
+# token *after* the previous occurrence of the current one. Read the attention pattern of the
+# small model's best induction head from `blocks.{L}.attn.hook_pattern` (`[batch, head, query,
+# key]`) and compute its score: the mean of that attention weight over the repeat's queries and
+# the batch. Check it against `small_scores`.
+
+# %% tags=["hide-cell", "solution"]
+best = small_scores.loc[small_scores["induction"].idxmax()]
+layer, head = int(best.layer), int(best["head"])
+_, pattern_cache = small.model.run_with_cache(small_tokens, [f"blocks.{layer}.attn.hook_pattern"])
+pattern = pattern_cache[f"blocks.{layer}.attn.hook_pattern"][:, head]  # [batch, query, key]
+queries = torch.arange(small_tokens.shape[1] - period, small_tokens.shape[1])
+my_score = pattern[:, queries, queries - period + 1].mean().item()
+assert abs(my_score - best["induction"]) < 1e-5
+print(f"L{layer}H{head}: {my_score:.3f} by hand, {best['induction']:.3f} from heads.head_scores")
+
+# %% [markdown]
+# The mechanism is the one {cite:t}`olsson2022induction` describe: previous-token heads in layer 0, induction
 # heads in layer 1 (they need the previous token's identity written at each position before
 # they can look for "the token after the last occurrence of mine").
 
@@ -176,6 +212,30 @@ print(
     f"repeat loss: intact {repeat_pass:.3f}; top-5 induction heads ablated {induction_ablated:.3f}; "
     f"5 random heads ablated {np.mean(random_losses):.3f} ± {np.std(random_losses):.3f}"
 )
+
+# %% [markdown]
+# ### Exercise 8.2: how low can the first pass go?
+#
+# The first pass of a repeated sequence is tokens drawn uniformly at random. **Predict**, from
+# first principles, the lowest loss any model can have there on average: for the small model
+# (tokens drawn from all 256 bytes) and for SmolLM2 (drawn from `n_vocab_sample` frequent
+# tokens). Which of the two models should come close to its bound, and why? Check both with
+# `heads.in_context_losses`.
+
+# %% tags=["hide-cell", "solution"]
+small_first, small_repeat = heads.in_context_losses(
+    small.model, small_tokens, start=small_tokens.shape[1] - period
+)
+bounds = {"small model": np.log(256), model_name: np.log(n_vocab_sample)}
+# the cross-entropy with uniform tokens is at least their entropy, ln(number of choices); the
+# averages here are over a few hundred tokens, so allow a little sampling noise
+assert small_first > bounds["small model"] - 0.1 and first_pass > bounds[model_name] - 0.1
+losses_vs_bound = pd.DataFrame({
+    "bound ln K": bounds,
+    "first pass": {"small model": small_first, model_name: first_pass},
+    "repeat": {"small model": small_repeat, model_name: repeat_pass},
+})  # fmt: skip
+losses_vs_bound.style.format("{:.2f}")
 
 # %% [markdown]
 # ## OV and QK circuits
@@ -259,6 +319,25 @@ print(
 )
 
 # %% [markdown]
+# ### Exercise 8.3: read a copying score off the OV circuit
+#
+# With `heads.ov_circuit(model, layer, head, frequent)` (rows: the attended token; columns: the
+# logit it raises), compute the strongest copier's copying score yourself: the fraction of rows
+# whose largest entry is on the diagonal. **Predict** before running: is the strongest copier
+# also one of SmolLM2's top induction heads?
+
+# %% tags=["hide-cell", "solution"]
+layer, head = int(copier.layer), int(copier["head"])
+ov = heads.ov_circuit(model, layer, head, frequent)
+my_copying = (ov.argmax(1) == torch.arange(len(frequent))).float().mean().item()
+assert abs(my_copying - copier["copying"]) < 1e-6
+is_induction = (layer, head) in top5
+print(f"L{layer}H{head}: copying {my_copying:.0%} by hand; "
+      + ("it is one of the top-5 induction heads" if is_induction else
+         "it is not among the top-5 induction heads: copying what you attend to is half of induction; "
+         "the other half is attending to the right token"))  # fmt: skip
+
+# %% [markdown]
 # On real text, what does each of the two do to the token it attends to most? Its direct
 # effect on that token's logit, and the change of that logit when the head is mean-ablated
 # (a copy-suppression head should lower the token directly, so ablating it raises it):
@@ -282,8 +361,8 @@ display(effects.style.format(precision=3).hide(axis="index"))
 # %% [markdown]
 # ## The direct path and bigram statistics
 #
-# Skip every block: embed a token, apply the final norm and unembed. The Primer (after Elhage
-# et al. 2021) reads this path as the model's bigram table. We compare it with bigram counts
+# Skip every block: embed a token, apply the final norm and unembed. The Primer (after
+# {cite:t}`elhage2021framework`) reads this path as the model's bigram table. We compare it with bigram counts
 # over the Python documentation, against the obvious baseline of always predicting the most
 # frequent tokens (a unigram model), for SmolLM2 and for a byte-level model trained here.
 # Both tie their embedding and unembedding matrices, so the last column, how often the
@@ -390,6 +469,18 @@ print(f"outlier dims: {outliers}; loss intact {base_loss:.3f} nats per token")
 display(summary.style.format(precision=3).hide(axis="index"))
 
 # %% [markdown]
+# **Takeaways.** The induction mechanism can be watched forming in under a minute of CPU
+# training, with the two-layer division of labour Olsson et al. describe, and SmolLM2 has
+# heads that score as induction heads and carry its in-context copying: ablating five of
+# them undoes most of it, ablating five others does nothing. Two findings did not carry
+# over. The head whose OV circuit most often ranks a token's own logit last does not, on
+# real text, lower the token it attends to: an OV-circuit score read off the embeddings is
+# not the behaviour, which is why McDougall et al. checked theirs causally. And the direct
+# path of these tied-embedding models is no bigram table: see how often it simply predicts
+# the input token. The outlier dimensions, few as they are, matter out of all proportion.
+
+# %% [markdown]
+# (claims-heads)=
 # ## The Primer's claims beside ours
 
 # %%
@@ -494,17 +585,6 @@ claims = pd.DataFrame(
 )
 claims.style.hide(axis="index")
 
-# %% [markdown]
-# **Takeaways.** The induction mechanism can be watched forming in under a minute of CPU
-# training, with the two-layer division of labour Olsson et al. describe, and SmolLM2 has
-# heads that score as induction heads and carry its in-context copying: ablating five of
-# them undoes most of it, ablating five others does nothing. Two findings did not carry
-# over. The head whose OV circuit most often ranks a token's own logit last does not, on
-# real text, lower the token it attends to: an OV-circuit score read off the embeddings is
-# not the behaviour, which is why McDougall et al. checked theirs causally. And the direct
-# path of these tied-embedding models is no bigram table: see how often it simply predicts
-# the input token. The outlier dimensions, few as they are, matter out of all proportion.
-
 # %%
 results = {
     "chapter": "heads",
@@ -526,4 +606,4 @@ results = {
     "claims": claims.to_dict(orient="records"),
     "seconds": time.time() - started,
 }
-book.save_results(results)
+book.save_results(results, rerun={"model_name": model_name, "n_sequences": n_sequences, "seed": seed})

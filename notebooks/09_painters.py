@@ -13,7 +13,20 @@
 # %% [markdown]
 # # Transformer layers as painters
 #
-# **The claim.** Sun, Pickett, Nain and Jones (2024), *Transformer Layers as Painters*, picture
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the eight questions of {cite:t}`sun2024painters`: hidden-state similarity
+# between layers; skipping, repeating the middle layer, reversing, shuffling, running in
+# parallel and looped parallel; on a decoder (SmolLM2-135M) and an encoder (all-MiniLM-L6-v2
+# {cite:p}`wang2020minilm`), on semantic tasks and step-by-step tasks.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
+# SmolLM2 converted and cached; {glue:text}`rerun_cold` from a cold cache.
+# :::
+#
+# **The claim.** {cite:t}`sun2024painters`, *Transformer Layers as Painters*, picture
 # a frozen transformer as an assembly line of painters passing a canvas along: each layer reads
 # the residual stream, adds its strokes, and passes it on. Without any fine-tuning they change
 # how the *middle* layers of Llama2-7B/13B and BERT-Large execute, keeping the first and last
@@ -207,6 +220,30 @@ display(Markdown(
 ))  # fmt: skip
 
 # %% [markdown]
+# ### Exercise 9.1: plans that are the same plan
+#
+# A plan (`resid.plans`) is a tuple of steps; a step of several layers runs them on one input and
+# averages their outputs. **Predict** which of these compute exactly the full model:
+# `plans.parallel(T, 10, 10)`, `plans.middle_repeat(T, 10, 10)`, `plans.parallel(T, 10, 11)`;
+# and whether `plans.reverse(T, 10, 11)` equals `plans.swap(T, 10)`. Check with
+# `plans.run_plan` on two windows.
+
+# %% tags=["hide-cell", "solution"]
+two = windows[:2].to(device)
+full_logits = plans.run_plan(model, two, plans.identity(T))
+candidates = {
+    "parallel(10, 10)": plans.run_plan(model, two, plans.parallel(T, 10, 10)),
+    "middle_repeat(10, 10)": plans.run_plan(model, two, plans.middle_repeat(T, 10, 10)),
+    "parallel(10, 11)": plans.run_plan(model, two, plans.parallel(T, 10, 11)),
+}
+same_as_full = {name: bool(torch.equal(out, full_logits)) for name, out in candidates.items()}
+reverse_is_swap = torch.equal(plans.run_plan(model, two, plans.reverse(T, 10, 11)),
+                              plans.run_plan(model, two, plans.swap(T, 10)))  # fmt: skip
+assert same_as_full == {"parallel(10, 10)": True, "middle_repeat(10, 10)": True, "parallel(10, 11)": False}
+assert reverse_is_swap and plans.reverse(T, 10, 11) == plans.swap(T, 10)
+print(f"identical to the full model: {same_as_full}; reverse(10, 11) is swap(10): {reverse_is_swap}")
+
+# %% [markdown]
 # ## Q2–Q5, Q7: the variants
 #
 # Each variant keeps the first $N$ and last $N$ layers and changes the $M = T - 2N$ in between:
@@ -262,6 +299,53 @@ raw = results.groupby(["variant", "N", "task"])["score"].mean().unstack("task")
 baseline_row = pd.DataFrame([{t.name: full[t.name] for t in kept}], index=pd.MultiIndex.from_tuples(
     [("full model", T // 2)], names=["variant", "N"]))  # fmt: skip
 pd.concat([baseline_row, raw]).style.format("{:.3f}")
+
+# %% [markdown]
+# ### Exercise 9.2: a parallel step by hand
+#
+# Run SmolLM2 with layers 10–13 in parallel without `resid.plans`: embed the tokens
+# (`model.embed_tokens`), get the rotary tables and mask from `model.context(n_positions)`, run
+# the blocks in order up to 9, then give blocks 10–13 the same input and average their outputs,
+# then the rest, then `model.head`. Check against `plans.run_plan(model, tokens,
+# plans.parallel(T, 10, 13))`.
+
+# %% tags=["hide-cell", "solution"]
+with torch.no_grad():
+    context = model.context(two.shape[1])
+    x = model.embed_tokens(two)
+    for layer_block in model.blocks[:10]:
+        x = layer_block(x, *context)
+    x = torch.stack([model.blocks[i](x, *context) for i in range(10, 14)]).mean(0)
+    for layer_block in model.blocks[14:]:
+        x = layer_block(x, *context)
+    by_hand = model.head(x)
+from_plans = plans.run_plan(model, two, plans.parallel(T, 10, 13))
+assert torch.allclose(by_hand.float(), from_plans.float(), atol=1e-3)
+print("the same logits")
+
+# %% [markdown]
+# ### Exercise 9.3: why a parallel step needs loops
+#
+# Each block adds an update to the residual stream, $x \mapsto x + \Delta_i(x)$, so averaging
+# the outputs of $M$ blocks that read the same $x$ adds the *mean* of their updates. **Predict**:
+# is the parallel step's update of layers 10–13 larger or smaller than the sequential blocks'
+# total update, and by roughly what factor? Check the norms on the two windows.
+
+# %% tags=["hide-cell", "solution"]
+with torch.no_grad():
+    x = model.embed_tokens(two)
+    for layer_block in model.blocks[:10]:
+        x = layer_block(x, *context)
+    parallel_out = torch.stack([model.blocks[i](x, *context) for i in range(10, 14)]).mean(0)
+    sequential_out = x
+    for i in range(10, 14):
+        sequential_out = model.blocks[i](sequential_out, *context)
+    parallel_update = (parallel_out - x).float().norm(dim=-1).median().item()
+    sequential_update = (sequential_out - x).float().norm(dim=-1).median().item()
+assert parallel_update < sequential_update
+print(f"median update norm per token: parallel {parallel_update:.1f}, sequential {sequential_update:.1f} "
+      f"({sequential_update / parallel_update:.1f}x). Looping feeds the average back, taking more steps "
+      "of that size.")  # fmt: skip
 
 # %% [markdown]
 # ## Q7. How many loops should parallel layers take?
@@ -360,12 +444,6 @@ fig.suptitle(model_name)
 plt.tight_layout()
 plt.show()
 
-# %% [markdown]
-# ## The eight questions, theirs and ours
-#
-# Each verdict is computed from the measurements above; "reproduced" means the paper's answer
-# holds for our models, "partly" that it holds for one model or one part.
-
 # %%
 mean_by_variant = overall.groupby("variant")["normalised"].mean()
 ranking = mean_by_variant.sort_values(ascending=False)
@@ -421,10 +499,11 @@ questions = pd.DataFrame([
                         partly=ranking.index[-1] == "middle repeat"
                         or set(ranking.index[:2]) & {"random order", "looped parallel"} != set())},
 ])  # fmt: skip
-questions.style.hide(axis="index")
 
 # %% [markdown]
 # ## Takeaways
+#
+# The verdicts behind these are in the table that closes the chapter.
 
 # %%
 n_reproduced = int((questions["verdict"] == "reproduced").sum())
@@ -448,6 +527,16 @@ if creates_massive in skip_ppl:
     )
 display(Markdown("\n".join(f"- {t}" for t in takeaways)))
 
+# %% [markdown]
+# (claims-painters)=
+# ## The eight questions, theirs and ours
+#
+# Each verdict is computed from the measurements above; "reproduced" means the paper's answer
+# holds for our models, "partly" that it holds for one model or one part.
+
+# %%
+questions.style.hide(axis="index")
+
 # %%
 chapter_results = {
     "chapter": "painters",
@@ -464,8 +553,9 @@ chapter_results = {
     "single_skip_perplexity": ppl_skip,
     "mean_normalised_by_variant": mean_by_variant.to_dict(),
     "best_loops_per_m": best_loops,
-    "questions": questions.to_dict(orient="records"),
+    "claims": questions.to_dict(orient="records"),
     "sweep_seconds": sweep_seconds,
     "seconds": time.time() - started,
 }
-book.save_results(chapter_results)
+rerun = {"model_name": model_name, "encoder_name": encoder_name, "n_items": n_items, "seed": seed}
+book.save_results(chapter_results, rerun=rerun)

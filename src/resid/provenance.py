@@ -1,0 +1,85 @@
+"""What this process used, for a chapter's rerun times and its reproducibility note.
+
+Every cached artefact (a converted model, a training run) is recorded with whether it was built
+now or loaded, and how long building it took when it was built; every input (a model file, a
+corpus) with a short hash of its content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+BUILDS: list[dict] = []
+INPUTS: dict[str, str] = {}
+
+
+def record_build(name: str, seconds: float | None, built_now: bool, estimated: bool = False) -> None:
+    BUILDS.append({"name": name, "seconds": seconds, "built_now": built_now, "estimated": estimated})
+
+
+def record_input(name: str, sha256_16: str) -> None:
+    INPUTS[name] = sha256_16
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def rerun_times(wall_seconds: float) -> dict:
+    """A chapter's time with every artefact cached, and from a cold cache.
+
+    ``wall_seconds`` is this execution. Artefacts built during it are subtracted to get the
+    cached time; those loaded from the cache add the time they took when they were built to get
+    the cold time. An artefact loaded several times counts once.
+    """
+    artefacts: dict[str, dict] = {}
+    for build in BUILDS:
+        seen = artefacts.setdefault(build["name"], dict(build))
+        seen["built_now"] = seen["built_now"] or build["built_now"]
+    built = [a for a in artefacts.values() if a["built_now"]]
+    loaded = [a for a in artefacts.values() if not a["built_now"]]
+    unknown = sum(a["seconds"] is None for a in loaded)
+    cached = wall_seconds - sum(a["seconds"] or 0.0 for a in built)
+    return {
+        "cached_seconds": cached,
+        "cold_seconds": None if unknown else cached + sum(a["seconds"] for a in artefacts.values()),
+        "cold_estimated": any(a["estimated"] for a in artefacts.values()),
+        "artefacts": len(artefacts),
+        "artefacts_without_time": unknown,
+    }
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def environment() -> dict:
+    """The software and machine a chapter ran on."""
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]  # fmt: skip
+        cpu = names[0] if names else cpu
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
+        "threads": torch.get_num_threads(),
+        "inputs": dict(INPUTS),
+    }

@@ -1,0 +1,131 @@
+"""The built book in a real browser: headless Chromium (Debian's ``chromium``), driven by Playwright,
+reading the quick build from a server on 127.0.0.1."""
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from urllib.parse import urlparse
+
+import pytest
+
+from resid import book
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# CI installs Chromium (.ci/run) and sets this, so there a missing browser fails instead of skipping.
+REQUIRED = os.environ.get("RESID_REQUIRE_BROWSER") == "1"
+# Chromium's own background traffic (updates, sync, safe browsing) would leave this machine.
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-default-apps"]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None and not REQUIRED,
+        reason="Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def site(quick_book):
+    html = quick_book / "_build" / "html"
+    handler = functools.partial(QuietHandler, directory=str(html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield html, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert CHROMIUM, "Chromium is required here (RESID_REQUIRE_BROWSER=1) but not installed"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield browser
+        browser.close()
+
+
+def open_page(browser, url: str):
+    """A page at ``url`` whose requests to any host but this machine are blocked and recorded,
+    and whose failed or missing local requests are recorded too."""
+    page = browser.new_page()
+    page.external, page.failed = [], []
+
+    def route(r):
+        host = urlparse(r.request.url).hostname
+        if r.request.url.startswith(("data:", "blob:")) or host in ("127.0.0.1", "localhost"):
+            r.continue_()
+        else:
+            page.external.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.on("requestfailed", lambda request: page.failed.append(request.url))
+    page.on("response", lambda response: response.status >= 400 and page.failed.append(response.url))
+    page.goto(url, wait_until="networkidle")
+    return page
+
+
+def test_every_page_loads_offline_with_its_images_and_math(site, browser):
+    html, base = site
+    pages = sorted(p.relative_to(html).as_posix() for p in html.rglob("*.html"))
+    pages = [p for p in pages if not p.startswith(("_static/", "_sources/"))]  # theme templates
+    assert len(pages) >= len(book.chapters()) + 3
+    with_math = 0
+    for path in pages:
+        page = open_page(browser, f"{base}/{path}")
+        assert not page.external, f"{path} asked for {page.external}"
+        assert not page.failed, f"{path}: {page.failed}"
+        images = page.eval_on_selector_all(
+            "img", "els => els.map(e => [e.currentSrc, e.complete, e.naturalWidth])"
+        )
+        broken = [src for src, complete, width in images if not complete or width == 0]
+        assert not broken, f"{path}: images that did not load: {broken}"
+        if page.locator(".math").count():
+            page.wait_for_selector("mjx-container", timeout=15_000)
+            with_math += 1
+        page.close()
+    assert with_math >= 3  # the privileged-basis chapters are full of formulas
+
+
+def test_search_finds_a_chapter_by_a_word_in_it(site, browser):
+    _, base = site
+    page = open_page(browser, f"{base}/search.html?q=kurtosis")
+    page.wait_for_selector("ul.search li a", timeout=20_000)
+    hits = page.eval_on_selector_all("ul.search li a", "els => els.map(e => e.getAttribute('href'))")
+    assert any("chapters/kurtosis" in h for h in hits), hits
+    page.close()
+
+
+def test_a_results_row_leads_to_its_chapters_claims_table(site, browser):
+    _, base = site
+    page = open_page(browser, f"{base}/chapters/results.html")
+    page.click("a[href='rmsnorm.html#claims-rmsnorm']")
+    page.wait_for_load_state("networkidle")
+    assert page.url.endswith("chapters/rmsnorm.html#claims-rmsnorm"), page.url
+    heading = page.locator("section:has(> #claims-rmsnorm) > h2")
+    assert "claims" in heading.inner_text() and heading.is_visible()
+    assert page.locator("section:has(> #claims-rmsnorm) table").count() == 1
+    page.close()
+
+
+def test_a_solution_stays_hidden_until_its_toggle_is_clicked(site, browser):
+    _, base = site
+    page = open_page(browser, f"{base}/chapters/kurtosis.html")
+    solution = page.locator(".tag_solution").first
+    code = solution.locator(".cell_input")
+    assert solution.locator("summary").inner_text().strip().startswith("Show the solution")
+    assert not code.is_visible()
+    solution.locator("summary").click()
+    assert code.is_visible() and "assert" in code.inner_text()
+    page.close()
