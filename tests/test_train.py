@@ -115,3 +115,19 @@ def test_every_optimizer_trains_the_model(monkeypatch, tmp_path, optimizer):
     assert first[-1] < first[0] - 0.5
     monkeypatch.setenv("RESID_CACHE", str(tmp_path / "again"))
     assert [row["train_loss"] for row in train(cfg, progress=False).history] == first
+
+
+def test_training_time_is_recorded_summed_over_sessions_and_reported_on_load(monkeypatch, tmp_path):
+    from resid import provenance
+
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    monkeypatch.setattr(provenance, "BUILDS", [])
+    partial = train(TINY, progress=False, stop_after=13)
+    first_part = torch.load(partial.path, weights_only=False)["seconds"]
+    resumed = train(TINY, progress=False)
+    total = torch.load(resumed.path, weights_only=False)["seconds"]
+    assert 0 < first_part < total
+    train(TINY, progress=False)  # cached: nothing is trained, the recorded time is reported
+    name = f"training run {TINY.key()}"
+    assert [(b["name"], b["built_now"]) for b in provenance.BUILDS] == [(name, True)] * 2 + [(name, False)]
+    assert provenance.BUILDS[-1]["seconds"] == pytest.approx(total)

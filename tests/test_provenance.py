@@ -1,0 +1,61 @@
+"""Rerun times, the rerun command and the results page: what a reader sees about reproducing a chapter."""
+
+import json
+
+import pytest
+
+from resid import book, provenance
+
+
+def build(name, seconds, built_now, estimated=False):
+    return {"name": name, "seconds": seconds, "built_now": built_now, "estimated": estimated}
+
+
+def test_cached_time_leaves_out_what_was_built_and_cold_time_adds_what_was_loaded(monkeypatch):
+    monkeypatch.setattr(provenance, "BUILDS", [
+        build("run a", 300.0, True), build("run a", 300.0, False),  # built, then loaded again: once
+        build("run b", 200.0, False, estimated=True), build("model", 20.0, False),
+    ])  # fmt: skip
+    times = provenance.rerun_times(400.0)
+    assert times["cached_seconds"] == pytest.approx(100.0)
+    assert times["cold_seconds"] == pytest.approx(100.0 + 300 + 200 + 20)
+    assert times["cold_estimated"] and times["artefacts"] == 3
+
+
+def test_cold_time_is_unknown_when_a_loaded_artefact_has_no_recorded_time(monkeypatch):
+    monkeypatch.setattr(provenance, "BUILDS", [build("old run", None, False)])
+    times = provenance.rerun_times(50.0)
+    assert times["cold_seconds"] is None and times["artefacts_without_time"] == 1
+    assert provenance.duration(None) == "unknown" and provenance.duration(90) == "90 s"
+    assert provenance.duration(1500) == "25 min"
+
+
+def test_rerun_command_survives_make_splitting_parameters_on_spaces():
+    command = book.rerun_command("rmsnorm", {"seeds": (0, 1, 2), "model_name": "smollm2-135m"})
+    assert command == 'make chapter CH=rmsnorm P="seeds=(0,1,2) model_name=smollm2-135m"'
+    pairs = command.split('P="')[1].rstrip('"').split(" ")
+    assert book.parse_parameters(pairs) == {"seeds": (0, 1, 2), "model_name": "smollm2-135m"}
+    assert book.rerun_command("outliers", {}) == "make chapter CH=outliers"
+
+
+def test_results_page_has_a_linked_row_per_claim_and_names_unexecuted_chapters(tmp_path):
+    toc = tmp_path / "_toc.yml"
+    toc.write_text(
+        "format: jb-book\nroot: intro\nparts:\n  - caption: Privileged basis\n    chapters:\n"
+        "      - file: chapters/outliers\n      - file: chapters/kurtosis\n"
+    )
+    claims = [{"claim": "kurtosis > 3", "paper": "far above", "ours": "36–219", "verdict": "reproduced"},
+              {"prediction": "a | b", "source": "ours", "ours": "x", "verdict": "partly"}]  # fmt: skip
+    (tmp_path / "outliers.json").write_text(json.dumps({
+        "chapter": "outliers", "quick": False, "claims": claims,
+        "rerun": {"command": "make chapter CH=outliers", "cached_seconds": 90.0, "cold_seconds": 110.0,
+                  "cold_estimated": False},
+        "environment": {"torch": "2.13.0", "inputs": {"corpus pydoc": "71f2ff5d99bdc1f9"}},
+    }))  # fmt: skip
+    page = book.results_page(tmp_path, toc=toc).read_text()
+    row = "| {ref}`outliers <claims-outliers>` | kurtosis > 3 | far above | 36–219 | **reproduced** |"
+    assert row in page
+    assert "a \\| b" in page  # a pipe inside a cell does not split the row
+    assert "not executed yet: `make chapter CH=kurtosis`" in page
+    assert "Verdicts over all chapters: 1 reproduced, 1 partly." in page
+    assert "90 s cached, 110 s cold" in page and "`71f2ff5d99bdc1f9`" in page
