@@ -194,7 +194,8 @@ for run, step in crossing.items():
     else:  # nothing crossed before the step found, and something did at it
         assert (group.loc[group.step < step, "kurtosis"] <= threshold).all()
         assert group.loc[group.step == step, "kurtosis"].max() > threshold
-pd.Series(crossing, name=f"first step with kurtosis > {threshold:g}").to_frame()
+pd.Series({run: "never" if step is None else int(step) for run, step in crossing.items()},
+          name=f"first step with kurtosis > {threshold:g}").to_frame()  # fmt: skip
 
 # %% [markdown]
 # Which run should the later chapters use? The target: kurtosis of at least 10 in some layer,

@@ -52,7 +52,7 @@
 model_name = "regime"  # the chapter trains its own models; see resid.experiments
 seeds = (0, 1, 2)  # AdamW, the reference
 followup_seeds = (0, 1, 2)  # SGD, rotated AdamW, Muon, SOAP
-sgd_learning_rates = (0.1, 0.3, 1.0)  # the SGD sweep (momentum 0.9, no weight decay)
+sgd_learning_rates = (0.03, 0.1, 0.3, 1.0)  # the SGD sweep (momentum 0.9, no weight decay)
 sgd_sweep_steps = 600
 n_sequences = 16
 seed = 0
