@@ -296,6 +296,11 @@ display(Markdown(
     f"{adam['kurtosis at equal loss']:.1f}); AdamW with its moments in a rotated basis: "
     f"{excess('rotated adam'):.1f}; Muon: {excess('muon'):.1f}; SOAP: {excess('soap'):.1f}. "
     + (f"Supported here: {'; '.join(supported)}. " if supported else "No prediction is supported here. ")
+    + f"Muon's excess ({excess('muon'):.2f}) is the largest of the four and sits "
+    f"{0.25 * adam_excess - excess('muon'):+.2f} from the threshold for 'supported' (a quarter of "
+    "AdamW's excess). As Muon is normally run, and here, AdamW still trains the embedding and "
+    "unembedding, which write into and read from the residual stream directly: a per-coordinate "
+    "normaliser is left in the model. "
     + "The verdicts compare each optimiser's excess kurtosis with AdamW's, mean over seeds; the table "
     "below gives them with the thresholds in the code above."))  # fmt: skip
 
