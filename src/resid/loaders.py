@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -84,8 +85,6 @@ def _load_smollm2() -> Transformer:
     target = cache_dir() / "models" / "smollm2-135m"
     built_now = not (target / "model.safetensors").exists()
     if built_now:
-        import time
-
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         started = time.perf_counter()

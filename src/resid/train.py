@@ -278,8 +278,12 @@ def train(
         estimated = state.get("seconds_estimated", False)
     built_now = step < cfg.steps
     if built_now:
-        # training time so far, summed over interrupted sessions (unknown if an old run resumes)
-        started = time.perf_counter() - (seconds if seconds is not None else math.nan)
+        started, before = time.perf_counter(), seconds
+
+        def seconds_so_far() -> float | None:
+            """Training time summed over interrupted sessions; unknown if an untimed run resumes."""
+            return None if before is None else before + time.perf_counter() - started
+
         train_ids, val_ids = corpus_ids(cfg)
         forward = model
         if world > 1:
@@ -300,13 +304,12 @@ def train(
                     history[-1] |= evaluate(model, val_ids.to(device), cfg)
                 bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}")
                 if done % cfg.checkpoint_every == 0 or done == last:
-                    _save(path, model, optimizer, history, done, cfg, time.perf_counter() - started, rank)
+                    _save(path, model, optimizer, history, done, cfg, seconds_so_far(), rank)
         except KeyboardInterrupt:
-            _save(path, model, optimizer, history, len(history), cfg, time.perf_counter() - started, rank)
+            _save(path, model, optimizer, history, len(history), cfg, seconds_so_far(), rank)
             raise
-        seconds = time.perf_counter() - started
-    known = seconds is not None and not math.isnan(seconds)
-    record_build(f"training run {cfg.key()}", seconds if known else None, built_now, estimated)
+        seconds = seconds_so_far()
+    record_build(f"training run {cfg.key()}", seconds, built_now, estimated)
     model.eval()
     model.tokenizer = ByteTokenizer()
     if not device_given:  # the book analyses on CPU; a caller who chose a device keeps the model there
@@ -339,7 +342,7 @@ def _train_step(
 
 
 def _save(
-    path: Path, model, optimizer, history: list[dict], step: int, cfg: TrainConfig, seconds: float,
+    path: Path, model, optimizer, history: list[dict], step: int, cfg: TrainConfig, seconds: float | None,
     rank: int = 0,
 ) -> None:
     if rank == 0:
@@ -350,7 +353,7 @@ def _save(
             "history": history,
             "step": step,
             "config": asdict(cfg),
-            "seconds": None if math.isnan(seconds) else seconds,
+            "seconds": seconds,
         }
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         os.close(fd)
