@@ -1,5 +1,5 @@
-# resid: make book | make chapter CH=<name> [P="name=value ..."] | make test | make bench
-#        make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
+# resid: make book [ALL=1] | make chapter CH=<name> [P="name=value ..."] | make test | make bench
+#        make status | make handouts | make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
 # Every target sets itself up first (a virtualenv in .venv, rebuilt only when the pins change).
 
 PYTHON_SYS ?= python3
@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup book chapter chapters html serve publish test lint bench clean distclean
+.PHONY: setup book chapter chapters html status handouts serve publish test lint bench clean distclean
 
 setup: $(STAMP)
 
@@ -23,8 +23,17 @@ $(STAMP): requirements.txt pyproject.toml
 
 book: setup chapters html
 
+# The executed chapters are committed: only the missing and stale ones run (ALL=1 runs every
+# one, hours on 2 cores; CHECK=1 runs none and fails if one is stale, as the Pages workflow does).
 chapters: setup
-	$(PY) -m resid.book all $(addprefix -p ,$(P))
+	$(PY) -m resid.book $(if $(ALL),all,update $(if $(CHECK),--no-execute))
+
+status: setup
+	$(PY) -m resid.book status
+
+# Student notebooks in handouts/: every exercise, no solutions.
+handouts: setup
+	$(PY) -m resid.book handouts
 
 html: setup
 	$(PY) -m resid.book results

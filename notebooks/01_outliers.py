@@ -25,6 +25,9 @@
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
 # SmolLM2 converted and cached; {glue:text}`rerun_cold` from a cold cache, whose first load
 # dequantises the model's GGUF file.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claim.** {cite:t}`elhage2023privileged`, *Privileged Bases in the Transformer Residual
@@ -49,15 +52,15 @@
 # residual stream at every layer boundary on text from the Python documentation.
 
 # %% tags=["parameters"]
-model_name = "smollm2-135m"  # any name resid.load accepts, e.g. "gpt2" with the hub
-corpus_name = "pydoc"
-n_tokens = 16384  # tokens of text the statistics are computed on
-seq_len = 256  # tokens per sequence
-seed = 0  # which windows of the corpus are read, and which rotations are drawn
-n_rotations = 8  # random rotations in the control
+model_name = "smollm2-135m"  # [model] any name resid.load accepts, e.g. "gpt2" with the hub
+corpus_name = "pydoc"  # [corpus]
+n_tokens = 16384  # [> 0] tokens of text the statistics are computed on
+seq_len = 256  # [> 1] tokens per sequence
+seed = 0  # [min 0] which windows of the corpus are read, and which rotations are drawn
+n_rotations = 8  # [> 0] random rotations in the control
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import time
 import warnings
 
@@ -110,6 +113,8 @@ print(
 # %%
 rms = np.array([stats.rms(resid_stream[i]) for i in layers])
 token_rms = np.array([resid_stream[i].float().pow(2).mean(-1).sqrt().median().item() for i in layers])
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(7, 3.2))
 ax.plot(layers, rms, marker="o", label="RMS over all entries")
 ax.plot(layers, token_rms, marker="s", label="median over tokens of the token's RMS")
@@ -122,6 +127,8 @@ ax.set(
 )
 ax.legend(fontsize=9)
 plt.show()
+
+# %%
 display(
     Markdown(
         f"The RMS over all entries grows from {rms[0]:.2g} at the embedding to {rms.max():.3g} "
@@ -140,7 +147,9 @@ display(
 # %%
 absolute = np.array([len(stats.outlier_dims(resid_stream[i], 6.0)) for i in layers])
 relative = np.array([len(stats.outlier_dims(resid_stream[i], 6.0, relative=True)) for i in layers])
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 axes[0].bar(layers, absolute)
 axes[0].axhline(d_model, color="grey", ls="--", label=f"d_model = {d_model}")
 axes[0].set(title="absolute: any |x| > 6", xlabel="layer boundary", ylabel="outlier dimensions")
@@ -160,6 +169,8 @@ plt.show()
 # %%
 kurt = np.array([stats.kurtosis_metric(resid_stream[i]) for i in layers])
 control = np.array([stats.rotated_kurtosis(resid_stream[i], n_rotations, seed=seed) for i in layers])
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(7, 3.6))
 ax.plot(layers, kurt, marker="o", label="standard basis")
 ax.plot(layers, control[:, 0], marker="s", label=f"random rotation (mean of {n_rotations})")
@@ -173,6 +184,8 @@ ax.set(
 )
 ax.legend()
 plt.show()
+
+# %%
 blocks = slice(1, None)  # the blocks' outputs, without the embedding
 display(
     Markdown(
@@ -250,11 +263,15 @@ massive = pd.DataFrame(
         "max |x| / RMS": [abs(t["value"]) / r for t, r in zip(top, rms, strict=True)],
     }
 )
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(8, 3.6))
 sns.scatterplot(data=massive, x="layer boundary", y="max |x|", hue=massive["dim"].astype(str), s=60, ax=ax)
 ax.set(yscale="log", title=f"{model_name}: largest residual entry per layer, coloured by dimension")
 ax.legend(title="dim", ncol=2, fontsize=8)
 plt.show()
+
+# %%
 massive.style.format({"max |x|": "{:,.1f}", "max |x| / RMS": "{:,.0f}"}).hide(axis="index")
 
 # %%

@@ -25,6 +25,9 @@
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
 # training runs cached; {glue:text}`rerun_cold` from a cold cache, which trains every run of the
 # sweep and every seed of the regime.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claim.** {cite:t}`elhage2023privileged` saw outlier dimensions and a kurtosis far above 3 in a
@@ -41,14 +44,14 @@
 # 100 steps, with one fixed random rotation as the control.
 
 # %% tags=["parameters"]
-model_name = "regime"  # the chapter trains its own models; see resid.experiments
-seeds = (0, 1, 2)  # seeds of the regime model
-n_sequences = 16  # held-out sequences for the final measurements
-n_rotations = 8
-seed = 0
+model_name = "regime"  # [one of regime] the chapter trains its own models; see resid.experiments
+seeds = (0, 1, 2)  # [non-empty, min 0] seeds of the regime model
+n_sequences = 16  # [> 0] held-out sequences for the final measurements
+n_rotations = 8  # [> 0] random rotations in the control
+seed = 0  # [min 0]
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import time
 import warnings
 from dataclasses import replace
@@ -60,7 +63,7 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, experiments, stats
+from resid import book, experiments, progress, stats
 from resid.book import verdict
 from resid.model import Transformer
 from resid.train import train
@@ -128,7 +131,7 @@ formula_check.style.format("{:.1f}")
 
 # %%
 rows, finals = [], []
-for name, cfg in sweep.items():
+for name, cfg in progress.track(sweep.items(), "sweep run"):
     t0 = time.time()
     result = train(cfg, progress=False)
     for h in result.history:
@@ -250,7 +253,7 @@ else:
 
 # %%
 tables, histories = [], []
-for s in seeds:
+for s in progress.track(seeds, "regime seed"):
     result = train(replace(regime, seed=s), progress=False)
     tokens = experiments.held_out_tokens(regime, n_sequences, seed=seed)
     table = experiments.analyse(result.model, tokens, n_rotations=n_rotations, seed=seed)
@@ -262,7 +265,9 @@ for s in seeds:
         )
 analysis = pd.concat(tables)
 history = pd.DataFrame(histories)
-fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 sns.lineplot(
     data=analysis, x="layer", y="kurtosis", marker="o", errorbar="sd", ax=axes[0], label="standard basis"
 )
@@ -289,6 +294,8 @@ sns.lineplot(
 axes[2].set(title="loss (mean ± sd over seeds)", ylabel="nats per byte")
 plt.tight_layout()
 plt.show()
+
+# %%
 columns = ["kurtosis", "rotated mean", "rotated sd", "outliers |x|>6", "outliers |x|>6 rms", "max|x| / rms",
            "top-4 energy share"]  # fmt: skip
 per_layer = analysis.groupby("layer")[columns].mean()

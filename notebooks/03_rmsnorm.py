@@ -24,6 +24,9 @@
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
 # nine training runs cached; {glue:text}`rerun_cold` from a cold cache, which trains them.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claim.** LayerNorm is the one standard operation in a transformer that looks at the
@@ -43,13 +46,13 @@
 # touching the residual stream anywhere in the model.
 
 # %% tags=["parameters"]
-model_name = "regime"  # the chapter trains its own models; see resid.experiments
-seeds = (0, 1, 2)
-n_sequences = 16
-seed = 0
+model_name = "regime"  # [one of regime] the chapter trains its own models; see resid.experiments
+seeds = (0, 1, 2)  # [non-empty, min 0] training seeds of every variant
+n_sequences = 16  # [> 0] held-out sequences for losses and statistics
+seed = 0  # [min 0]
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import copy
 import time
 import warnings
@@ -72,6 +75,8 @@ base = experiments.REGIME
 if quick:  # every code path on a tiny model, none of the conclusions
     base = experiments.quick_config(base)
     seeds, n_sequences = (0, 1), 4
+
+# %%
 names = ["layernorm", "rmsnorm", "basisfree"]
 tokens = experiments.held_out_tokens(base, n_sequences, seed=seed)
 curves, finals, analysis = experiments.compare_variants(names, seeds, base, tokens)
@@ -79,8 +84,8 @@ curves, finals, analysis = experiments.compare_variants(names, seeds, base, toke
 # %% [markdown]
 # ## Kurtosis over training, and at the end
 
-# %%
-fig, axes = plt.subplots(1, 3, figsize=(16, 3.8))
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 sns.lineplot(data=curves, x="step", y="max kurtosis", hue="variant", errorbar="sd", ax=axes[0])
 sns.lineplot(
     data=curves, x="step", y="rotated", hue="variant", errorbar="sd", ax=axes[0], ls=":", legend=False
@@ -94,6 +99,8 @@ sns.lineplot(data=curves, x="step", y="val loss", hue="variant", errorbar="sd", 
 axes[2].set(title="held-out loss (mean ± sd over seeds)", ylabel="nats per byte")
 plt.tight_layout()
 plt.show()
+
+# %%
 after_blocks = analysis[analysis.layer > 0]
 per_variant = after_blocks.groupby(["variant", "seed"])[["kurtosis", "rotated mean", "top-4 energy share",
                                                          "outliers |x|>6 rms"]].max()  # fmt: skip

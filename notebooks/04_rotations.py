@@ -26,6 +26,9 @@
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
 # training runs and SmolLM2 cached; {glue:text}`rerun_cold` from a cold cache, which trains the
 # basis-free, LayerNorm, shared- and independent-rotation models for every seed.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claims.** {cite:t}`elhage2023privileged` argue that nothing in a transformer's forward pass
@@ -48,14 +51,14 @@
 # SmolLM2.
 
 # %% tags=["parameters"]
-model_name = "smollm2-135m"  # the pretrained model for the QuaRot-style rotation
-seeds = (0, 1, 2)  # training seeds for every trained variant
-n_rotations = 5  # random rotations of the trained model's weights
-n_sequences = 16  # held-out sequences for losses and statistics
-seed = 0
+model_name = "smollm2-135m"  # [model] the pretrained model for the QuaRot-style rotation
+seeds = (0, 1, 2)  # [non-empty, min 0] training seeds for every trained variant
+n_rotations = 5  # [> 0] random rotations of the trained model's weights
+n_sequences = 16  # [> 0] held-out sequences for losses and statistics
+seed = 0  # [min 0]
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import copy
 import time
 import warnings
@@ -82,6 +85,7 @@ if quick:  # a few steps of a tiny model: every code path, none of the conclusio
     seeds, n_rotations, n_sequences = (0, 1), 2, 4
 
 
+# %%
 def trained(name: str, s: int):
     return train(experiments.variant(name, s, base), progress=False)
 
@@ -114,6 +118,8 @@ for s in seeds:
         rows.append({"seed": s, "rotation": r, "float32 |Δloss|": change32, "float64 |Δloss|": change64})
 invariance = pd.DataFrame(rows)
 seed_spread = float(np.std(seed_losses, ddof=1)) if len(seeds) > 1 else float("nan")
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(7, 3.4))
 melted = invariance.melt(value_vars=["float32 |Δloss|", "float64 |Δloss|"], var_name="precision",
                          value_name="|Δloss|")  # fmt: skip
@@ -122,6 +128,8 @@ ax.axhline(seed_spread, color="C3", ls="--", label=f"sd of the loss over {len(se
 ax.set(yscale="log", title="basis-free model: loss change under a rotation of every weight")
 ax.legend()
 plt.show()
+
+# %%
 display(Markdown(
     f"Largest change under rotation: {invariance['float32 |Δloss|'].max():.1e} nats in float32, "
     f"{invariance['float64 |Δloss|'].max():.1e} in float64; the seed-to-seed sd of the loss is "
@@ -208,7 +216,9 @@ kurt_before = [stats.kurtosis_metric(h) for h in before]
 kurt_after = [stats.kurtosis_metric(h) for h in after]
 max_before = before.abs().amax(dim=(1, 2)).numpy()
 max_after = after.abs().amax(dim=(1, 2)).numpy()
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 axes[0].plot(kurt_before, marker="o", label="original basis")
 axes[0].plot(kurt_after, marker="s", label="folded and rotated")
 axes[0].axhline(3, color="grey", ls="--")
@@ -221,6 +231,8 @@ for ax in axes:
 fig.suptitle(f"{model_name}: the same function in a random basis")
 plt.tight_layout()
 plt.show()
+
+# %%
 display(Markdown(
     f"Largest logit difference {difference:.2e} (logits span ±{logits.abs().max().item():.0f}); the top "
     f"token agrees at {agreement:.2%} of {logits.shape[0] * logits.shape[1]:,} positions. Kurtosis after "
@@ -267,7 +279,9 @@ print(f"max |Δlogit| {givens_difference:.1e}: the same function. Largest entry 
 # %%
 names = ["basisfree", "shared rotation", "independent rotations"]
 curves, finals, analysis = experiments.compare_variants(names, seeds, base, tokens)
-fig, axes = plt.subplots(1, 2, figsize=(13, 3.8))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 sns.lineplot(data=curves, x="step", y="val loss", hue="variant", errorbar="sd", ax=axes[0])
 axes[0].set(title="held-out loss (mean ± sd over seeds)")
 long = analysis[analysis.layer > 0].melt(id_vars=["variant", "seed", "layer"],
@@ -281,6 +295,8 @@ axes[1].axhline(3, color="grey", ls="--")
 axes[1].set(title="kurtosis after the blocks (mean over layers and seeds)", ylabel="kurtosis", xlabel="")
 plt.tight_layout()
 plt.show()
+
+# %%
 summary = finals.groupby("variant")["val loss"].agg(["mean", "std"]).loc[names]
 display(summary.style.format("{:.4f}"))
 

@@ -26,6 +26,9 @@
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
 # training runs cached; {glue:text}`rerun_cold` from a cold cache, which trains the SGD sweep
 # and every optimiser and seed.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claim.** Having ruled out LayerNorm and floating point, {cite:t}`elhage2023privileged` point at
@@ -49,16 +52,16 @@
 # basis either), trained from the same regime with each optimiser.
 
 # %% tags=["parameters"]
-model_name = "regime"  # the chapter trains its own models; see resid.experiments
-seeds = (0, 1, 2)  # AdamW, the reference
-followup_seeds = (0, 1)  # SGD, rotated AdamW, Muon, SOAP
-sgd_learning_rates = (0.03, 0.1, 0.3, 1.0)  # the SGD sweep (momentum 0.9, no weight decay)
-sgd_sweep_steps = 600
-n_sequences = 16
-seed = 0
+model_name = "regime"  # [one of regime] the chapter trains its own models; see resid.experiments
+seeds = (0, 1, 2)  # [non-empty, min 0] AdamW, the reference
+followup_seeds = (0, 1)  # [non-empty, min 0] SGD, rotated AdamW, Muon, SOAP
+sgd_learning_rates = (0.03, 0.1, 0.3, 1.0)  # [non-empty, > 0] the SGD sweep (momentum 0.9, no decay)
+sgd_sweep_steps = 600  # [> 0]
+n_sequences = 16  # [> 0] held-out sequences for losses and statistics
+seed = 0  # [min 0]
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import time
 import warnings
 from dataclasses import replace
@@ -71,7 +74,7 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, experiments, stats
+from resid import book, experiments, progress, stats
 from resid.optim import RotatedAdamW
 from resid.train import train
 
@@ -160,7 +163,7 @@ print(f"first step = -lr·sign(G): every coordinate moves by the same amount, wh
 
 # %%
 sweep_rows = []
-for lr in sgd_learning_rates:
+for lr in progress.track(sgd_learning_rates, "SGD learning rate"):
     # same configuration as the comparison below, so the best learning rate's run is reused there
     cfg = replace(experiments.variant("sgd", 0, base), lr=lr, steps=sgd_sweep_steps)
     history = train(cfg, progress=False).history
@@ -168,11 +171,15 @@ for lr in sgd_learning_rates:
     sweep_rows.append({"lr": lr, "val loss": final if np.isfinite(final) else np.nan})
 sgd_sweep = pd.DataFrame(sweep_rows)
 best_lr = float(sgd_sweep.loc[sgd_sweep["val loss"].idxmin(), "lr"])
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.plot(sgd_sweep["lr"], sgd_sweep["val loss"], marker="o")
 ax.set(xscale="log", xlabel="SGD learning rate", ylabel="held-out loss",
        title=f"SGD sweep, {sgd_sweep_steps} steps (best lr {best_lr:g})")  # fmt: skip
 plt.show()
+
+# %%
 at_edge = best_lr in (min(sgd_learning_rates), max(sgd_learning_rates))
 edge_note = ", inside the sweep."
 if at_edge:
@@ -194,7 +201,9 @@ curves, finals, analysis = (pd.concat([f[i] for f in frames], ignore_index=True)
 for frame in (curves, finals, analysis):
     frame["optimiser"] = frame["variant"].map(labels)
 order = [labels[n] for n in names]
-fig, axes = plt.subplots(1, 3, figsize=(17, 4))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 3, figsize=(10, 3.6))
 sns.lineplot(
     data=curves, x="step", y="max kurtosis", hue="optimiser", hue_order=order, errorbar="sd", ax=axes[0]
 )

@@ -26,6 +26,9 @@
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
 # SmolLM2 converted and cached; {glue:text}`rerun_cold` from a cold cache.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claims.** The *Primer* of {cite:t}`ferrando2024primer` sorts the ways of localising a prediction
@@ -45,15 +48,15 @@
 # runs on the same prompts, and we ask where they agree.
 
 # %% tags=["parameters"]
-model_name = "smollm2-135m"
-n_ioi = 120  # IOI prompts for validation and the direct logit attribution
-n_attribution = 8  # prompts per behaviour for the input-attribution comparison
-ig_steps = 128  # integration steps of integrated gradients
-ig_convergence_steps = (64, 256, 1024, 2048)  # for the completeness check on one prompt
-seed = 0
+model_name = "smollm2-135m"  # [model]
+n_ioi = 120  # [> 0] IOI prompts for validation and the direct logit attribution
+n_attribution = 8  # [> 0] prompts per behaviour for the input-attribution comparison
+ig_steps = 128  # [> 0] integration steps of integrated gradients
+ig_convergence_steps = (64, 256, 1024, 2048)  # [non-empty, > 0] for the completeness check on one prompt
+seed = 0  # [min 0]
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import re
 import time
 import warnings
@@ -176,7 +179,9 @@ convergence = pd.DataFrame(
         for n in ig_convergence_steps
     ]
 )
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 axes[0].plot(alphas, along)
 axes[0].set(xlabel="α (0 = baseline, 1 = prompt)", ylabel="logit(IO) − logit(S)", title="f along the IG path")
 axes[1].plot(convergence.steps, convergence["relative error"], marker="o")
@@ -189,6 +194,8 @@ axes[1].set(
 )
 plt.tight_layout()
 plt.show()
+
+# %%
 largest_jump = (along[1:] - along[:-1]).abs().max().item()
 print(f"largest change of f between neighbouring points (Δα = 0.005): {largest_jump:.2f} logits")
 
@@ -196,8 +203,8 @@ print(f"largest change of f between neighbouring points (Δα = 0.005): {largest
 # One prompt of each kind, every method (scores scaled to the largest magnitude per method;
 # the last token is where the prediction is made, so occlusion cannot delete it):
 
-# %%
-fig, axes = plt.subplots(2, 1, figsize=(11, 6.5))
+# %% tags=["plot"]
+fig, axes = plt.subplots(2, 1, figsize=(10, 6.5))
 for ax, (task, contrastive) in zip(axes, [("IOI", True), ("capital", False)], strict=True):
     first = attributions[(attributions.task == task) & (attributions.contrastive == contrastive)]
     first = first[first.prompt == first.prompt.iloc[0]]
@@ -235,6 +242,8 @@ def rank_agreement(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 agreement = rank_agreement(attributions)
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(5.5, 4.5))
 sns.heatmap(agreement, annot=True, fmt=".2f", cmap="viridis", vmin=-0.2, vmax=1, ax=ax)
 ax.set_title("rank agreement between methods (mean Spearman)")
@@ -307,7 +316,9 @@ head_rows = dla[dla.component.str.match(r"L\d+H\d+")].copy()
 head_rows[["layer", "head"]] = head_rows.component.str.extract(r"L(\d+)H(\d+)").astype(int)
 head_map = head_rows.pivot(index="layer", columns="head", values="dla")
 mlps = dla[dla.component.str.endswith("MLP")]
-fig, axes = plt.subplots(1, 2, figsize=(12, 6), gridspec_kw={"width_ratios": [1, 1.3]})
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 6), gridspec_kw={"width_ratios": [1, 1.3]})
 limit = head_map.abs().max().max()
 sns.heatmap(head_map, cmap="RdBu_r", center=0, vmin=-limit, vmax=limit, ax=axes[0])
 axes[0].set_title("direct effect of each head on logit(IO) − logit(S)")
@@ -321,6 +332,8 @@ axes[1].set_title(
 )
 plt.tight_layout()
 plt.show()
+
+# %%
 top_components = dla.reindex(dla["dla"].abs().sort_values(ascending=False).index).head(10)
 display(top_components.style.format({"dla": "{:+.3f}"}).hide(axis="index"))
 
@@ -360,13 +373,17 @@ print(f"{top_head}: {head_dla:+.4f} by hand, {library_dla:+.4f} from resid. Not 
 
 # %%
 lens = attribution.logit_lens(model, capital_tokens[correct], capitals[correct])
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 axes[0].plot(lens.layer, lens.probability, marker="o")
 axes[0].set(xlabel="layer boundary (0 = embedding)", ylabel="P(capital)", title="logit lens: probability")
 axes[1].plot(lens.layer, lens["rank"] + 1, marker="o", color="C2")
 axes[1].set(xlabel="layer boundary", ylabel="rank of the capital", yscale="log", title="logit lens: rank")
 plt.tight_layout()
 plt.show()
+
+# %%
 first_top1 = lens.loc[lens["top-1 accuracy"] >= 0.5, "layer"].min()
 print(
     f"the capital is the top-1 readout for at least half the prompts from boundary {first_top1} "

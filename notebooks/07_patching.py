@@ -25,6 +25,9 @@
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
 # SmolLM2 and the induction model cached; {glue:text}`rerun_cold` from a cold cache.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claims.** Attribution says what a prediction *correlates* with; the Primer's causal
@@ -44,13 +47,13 @@
 # run and the drop of the logit difference "indirect object − subject" is measured.
 
 # %% tags=["parameters"]
-model_name = "smollm2-135m"
-n_prompts = 24  # IOI prompts for the sweeps
-n_exact_edges = 120  # edges patched exactly to check EAP (half the top-EAP ones, half random)
-seed = 0
+model_name = "smollm2-135m"  # [model]
+n_prompts = 24  # [> 0] IOI prompts for the sweeps
+n_exact_edges = 120  # [min 2] edges patched exactly to check EAP (half the top-EAP ones, half random)
+seed = 0  # [min 0]
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import time
 import warnings
 
@@ -73,6 +76,8 @@ if quick:
 torch.manual_seed(seed)
 model = resid.load(model_name)
 tokenizer = model.tokenizer
+
+# %%
 ioi = behaviours.ioi_prompts(tokenizer, max(n_prompts, 24), seed=seed)
 clean, counterfactual = ioi.tokens[:n_prompts], ioi.counterfactual[:n_prompts]
 answers, foils = ioi.answers[:n_prompts], ioi.foils[:n_prompts]
@@ -104,6 +109,8 @@ resid_values = patching.interventions(model, clean, counterfactual, resid_names,
 resid_map = patching.patch_residual(model, clean, resid_values, logit_diff)
 resid_seconds = time.time() - t0
 recovered = (resid_map - counter_ld) / (clean_ld - counter_ld)
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(10, 6))
 sns.heatmap(
     recovered.numpy(),
@@ -175,21 +182,23 @@ for kind in ("zero", "mean", "resample", "noise"):
     )
     effects[(kind, "logit difference")], effects[(kind, "KL")] = both[..., 0] - clean_ld, both[..., 1]
     seconds[kind] = time.time() - t0
-fig, axes = plt.subplots(2, 4, figsize=(16, 9), sharey=True)
-for col, kind in enumerate(("zero", "mean", "resample", "noise")):
-    for row, metric in enumerate(("logit difference", "KL")):
+
+# %% tags=["plot"]
+# one row per intervention, its two metrics side by side: legible at the book's text width
+fig, axes = plt.subplots(4, 2, figsize=(10, 20), sharey=True)
+for row, kind in enumerate(("zero", "mean", "resample", "noise")):
+    for col, metric in enumerate(("logit difference", "KL")):
         grid = effects[(kind, metric)].numpy()
         limit = np.abs(grid).max()
         sns.heatmap(
             grid,
             ax=axes[row, col],
-            cmap="RdBu" if row == 0 else "Reds",
-            center=0 if row == 0 else None,
-            vmin=-limit if row == 0 else 0,
+            cmap="RdBu" if col == 0 else "Reds",
+            center=0 if col == 0 else None,
+            vmin=-limit if col == 0 else 0,
             vmax=limit,
-            cbar=col == 3,
         )
-        axes[row, col].set_title(f"{kind}: {'Δ logit diff' if row == 0 else 'KL from clean'}")
+        axes[row, col].set_title(f"{kind}: {'Δ logit diff' if col == 0 else 'KL from clean'}")
         axes[row, col].set(xlabel="head", ylabel="layer" if col == 0 else "")
 plt.tight_layout()
 plt.show()
@@ -212,6 +221,8 @@ flat = pd.DataFrame({kind: effects[(kind, "logit difference")].flatten().numpy()
 overlap = pd.DataFrame(
     [[len(set(tops[a]) & set(tops[b])) / 10 for b in kinds] for a in kinds], index=kinds, columns=kinds
 )
+
+# %% tags=["plot"]
 fig, axes = plt.subplots(1, 2, figsize=(10, 4))
 sns.heatmap(flat.corr(method="spearman"), annot=True, fmt=".2f", vmin=0, vmax=1, cmap="viridis", ax=axes[0])
 axes[0].set_title("Spearman between head maps (Δ logit diff)")
@@ -219,6 +230,8 @@ sns.heatmap(overlap, annot=True, fmt=".0%", vmin=0, vmax=1, cmap="viridis", ax=a
 axes[1].set_title("overlap of the top-10 heads")
 plt.tight_layout()
 plt.show()
+
+# %%
 ld_vs_kl = {
     kind: float(
         np.corrcoef(effects[(kind, "logit difference")].flatten().abs(), effects[(kind, "KL")].flatten())[
@@ -297,6 +310,8 @@ path_effect = torch.cat(
     ]
 )
 path_seconds = time.time() - t0
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(6, 6))
 limit = path_effect.abs().max().item()
 sns.heatmap(path_effect.numpy(), cmap="RdBu", center=0, vmin=-limit, vmax=limit, ax=ax)
@@ -306,6 +321,8 @@ ax.set(
     title="Δ logit diff, sender → " + ", ".join(f"L{a}H{b}" for a, b in receivers),
 )
 plt.show()
+
+# %%
 top_senders = top_heads(path_effect, k=5)
 print(
     f"receivers {receivers}; strongest senders {top_senders} ({path_seconds:.0f} s for {len(senders)} "
@@ -333,6 +350,8 @@ sample_list = [tuple(e) for e in sample.tolist()]
 exact, exact_seconds = patching.edge_patching(model, clean, counterfactual, logit_diff, sample_list)
 eap_sample = torch.stack([eap[u, v] for u, v in sample_list])
 pearson = float(np.corrcoef(eap_sample.numpy(), exact.numpy())[0, 1])
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(5, 5))
 ax.scatter(exact, eap_sample, s=12)
 lim = max(exact.abs().max().item(), eap_sample.abs().max().item())
@@ -343,6 +362,8 @@ ax.set(
     title=f"{len(sample_list)} edges: r = {pearson:.2f}",
 )
 plt.show()
+
+# %%
 per_edge_exact = exact_seconds / len(sample_list)
 print(
     f"EAP: all {n_edges} edges in {eap_seconds:.1f} s; exact: {per_edge_exact:.2f} s per edge, so "
@@ -434,7 +455,9 @@ for k in sorted({r["edges kept"] for r in rows} | {len(small_edges)}):
         }
     )
 comparison = pd.DataFrame(rows)
-fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 4))
 axes[0].scatter(small_exact, small_eap_list, s=14)
 axes[0].set(
     xlabel="exact Δ logit diff",
@@ -449,6 +472,8 @@ axes[1].set(
 axes[1].legend()
 plt.tight_layout()
 plt.show()
+
+# %%
 display(comparison.style.format({"recovered": "{:.0%}", "seconds": "{:.2f}"}).hide(axis="index"))
 print(f"induction model: clean logit diff {small_clean_ld:.2f}, counterfactual {small_counter_ld:.2f}")
 

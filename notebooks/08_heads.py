@@ -27,6 +27,9 @@
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
 # SmolLM2 and the trained models cached; {glue:text}`rerun_cold` from a cold cache, which also
 # trains the two-layer induction model and the byte-level model.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claims.** The Primer's survey of findings (section 5) lists what individual heads and
@@ -44,16 +47,16 @@
 # measured in the same run.
 
 # %% tags=["parameters"]
-model_name = "smollm2-135m"
-n_sequences = 32  # repeated random sequences for the head scores
-period = 20  # tokens before the sequence repeats
-n_vocab_sample = 1000  # frequent tokens for the OV-circuit copy scores and the bigram comparison
-n_windows = 16  # pydoc windows of 128 tokens for the copy-suppression and outlier measurements
-n_random_draws = 5  # random dimension sets for the outlier ablation control
-seed = 0
+model_name = "smollm2-135m"  # [model]
+n_sequences = 32  # [> 0] repeated random sequences for the head scores
+period = 20  # [> 1] tokens before the sequence repeats
+n_vocab_sample = 1000  # [> 0] frequent tokens for the OV-circuit copy scores and the bigram comparison
+n_windows = 16  # [> 0] pydoc windows of 128 tokens for the copy-suppression and outlier measurements
+n_random_draws = 5  # [> 0] random dimension sets for the outlier ablation control
+seed = 0  # [min 0]
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import time
 import warnings
 
@@ -102,6 +105,8 @@ curve = pd.DataFrame(
 )
 formed = curve[curve["repeat"] < curve["first pass"] / 2]
 bump_step = int(formed["step"].iloc[0]) if len(formed) else None
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(8, 3.5))
 ax.plot(curve.step, curve["first pass"], label="loss, first pass")
 ax.plot(curve.step, curve["repeat"], label="loss, repeat")
@@ -112,6 +117,8 @@ ax2.grid(False)
 ax.set(xlabel="training step", ylabel="nats per token", title=f"the induction bump (step {bump_step})")
 fig.legend(loc="center right", bbox_to_anchor=(0.88, 0.5))
 plt.show()
+
+# %%
 small_tokens = heads.repeated_tokens(n_sequences, period, 256, seed=seed)
 small_scores = heads.head_scores(small.model, small_tokens, period)
 display(
@@ -161,7 +168,9 @@ bos = torch.tensor([[tokenizer.hf.bos_token_id]]) if tokenizer.hf.bos_token_id i
 repeated = heads.repeated_tokens(n_sequences, period, frequent, seed=seed, prefix=bos)
 first_pass, repeat_pass = heads.in_context_losses(model, repeated, start=repeated.shape[1] - period)
 scores = heads.head_scores(model, repeated, period)
-fig, axes = plt.subplots(1, 3, figsize=(14, 6), sharey=True)
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 3, figsize=(10, 5.5), sharey=True)
 for ax, kind in zip(axes, ["previous", "duplicate", "induction"], strict=True):
     sns.heatmap(
         scores.pivot(index="layer", columns="head", values=kind),
@@ -174,6 +183,8 @@ for ax, kind in zip(axes, ["previous", "duplicate", "induction"], strict=True):
     ax.set_title(f"{kind}-token score" if kind != "induction" else "induction score")
 plt.tight_layout()
 plt.show()
+
+# %%
 top_induction = scores.sort_values("induction", ascending=False).head(5)
 print(f"loss on the first pass {first_pass:.2f}, on the repeat {repeat_pass:.2f} nats per token")
 display(top_induction.style.format(precision=2).hide(axis="index"))
@@ -255,7 +266,6 @@ words = [
 ][:30]
 word_ids = torch.tensor(words)
 word_labels = [tokenizer.decode([t]) for t in words]
-fig, axes = plt.subplots(1, 3, figsize=(18, 6))
 panels = [
     (
         heads.qk_circuit(model, *duplicate_head, word_ids),
@@ -270,6 +280,9 @@ panels = [
         f"OV of induction head L{induction_head[0]}H{induction_head[1]}",
     ),
 ]
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 3, figsize=(10, 4.6))
 for ax, (matrix, title) in zip(axes, panels, strict=True):
     centred = matrix - matrix.mean(1, keepdim=True)
     limit = centred.abs().max().item()
@@ -300,6 +313,8 @@ plt.show()
 
 # %%
 copy = heads.copy_scores(model, frequent)
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(7, 5))
 ax.scatter(copy["copying"], copy["suppression"], s=10, alpha=0.6)
 for _, row in pd.concat([copy.nlargest(3, "copying"), copy.nlargest(3, "suppression")]).iterrows():
@@ -310,6 +325,8 @@ ax.set(
     title=f"OV circuits of all {len(copy)} heads over {len(frequent)} tokens",
 )
 plt.show()
+
+# %%
 suppressor = copy.loc[copy["suppression"].idxmax()]
 copier = copy.loc[copy["copying"].idxmax()]
 print(

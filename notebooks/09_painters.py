@@ -24,6 +24,9 @@
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
 # SmolLM2 converted and cached; {glue:text}`rerun_cold` from a cold cache.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
 # :::
 #
 # **The claim.** {cite:t}`sun2024painters`, *Transformer Layers as Painters*, picture
@@ -51,18 +54,18 @@
 # semantics and tasks that need step-by-step processing.
 
 # %% tags=["parameters"]
-model_name = "smollm2-135m"  # a Llama-family decoder; "meta-llama/Llama-2-7b-hf" with a hub and a GPU
-encoder_name = "minilm-l6"  # a BERT encoder; "bert-large-uncased" with a hub
-seed = 0
-n_items = 200  # items per task
-n_grid = (4, 8, 12)  # N: layers kept intact at each end of the decoder
-n_shuffles = 10  # random orders per N (the paper's Fig 7 uses 10 seeds)
-max_loops = 8  # looped-parallel iterations in the heat map
-dtype = "bfloat16"  # 3x faster than float32 on this CPU; the baseline check below compares both
-device = "cpu"  # "cuda" for a 7B model
+model_name = "smollm2-135m"  # [model] a Llama decoder; "meta-llama/Llama-2-7b-hf" with a hub and a GPU
+encoder_name = "minilm-l6"  # [model] a BERT encoder; "bert-large-uncased" with a hub
+seed = 0  # [min 0]
+n_items = 200  # [> 0] items per task
+n_grid = (4, 8, 12)  # [non-empty, min 1] N: layers kept intact at each end of the decoder
+n_shuffles = 10  # [> 0] random orders per N (the paper's Fig 7 uses 10 seeds)
+max_loops = 8  # [min 1] looped-parallel iterations in the heat map
+dtype = "bfloat16"  # [one of bfloat16|float32|float64] 3x faster than float32 here; checked below
+device = "cpu"  # [one of cpu|cuda] "cuda" for a 7B model
 quick = False  # a small run for CI
 
-# %%
+# %% tags=["setup"]
 import time
 import warnings
 
@@ -166,7 +169,8 @@ with torch.no_grad():
 enc_stream = torch.stack([cache[n].cpu() for n in encoder.resid_names()])[:, enc_mask.bool()]
 enc_similarity = layer_similarity(enc_stream)
 
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 3, figsize=(10, 3.6))
 for ax, matrix, title in [
     (axes[0], similarity, f"{model_name}"),
     (axes[1], similarity_without, f"{model_name}, without its {n_drop} heaviest dims"),
@@ -177,6 +181,7 @@ for ax, matrix, title in [
 plt.tight_layout()
 plt.show()
 
+# %%
 middle = slice(2, T - 1)
 block = similarity[middle, middle][np.triu_indices(T - 3, 1)]
 block_without = similarity_without[middle, middle][np.triu_indices(T - 3, 1)]
@@ -201,6 +206,7 @@ ppl_swap = [r["perplexity"] for r in tasks.score_plans(model, ppl_task, swaps)]
 max_abs = stream.abs().amax(dim=(1, 2)).numpy()
 creates_massive = int(np.argmax(np.diff(np.log(max_abs + 1e-6))))  # block with the largest jump in max |x|
 
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(9, 3.6))
 ax.plot(list(layers_swept), ppl_skip, marker="o", label="skip layer i")
 ax.plot([i + 0.5 for i in layers_swept if i < T - 1], ppl_swap, marker="s", label="swap layers i and i+1")
@@ -209,6 +215,8 @@ ax.axvline(creates_massive, color="C3", ls=":", label=f"layer {creates_massive}:
 ax.set(yscale="log", xlabel="layer", ylabel="perplexity", title=f"{model_name}: one layer skipped or swapped")
 ax.legend(fontsize=9)
 plt.show()
+
+# %%
 skip_ppl = dict(zip(layers_swept, ppl_skip, strict=True))
 inner = [i for i in layers_swept if 0 < i < T - 1]
 robust = [i for i in inner if skip_ppl[i] < 1.5 * full_sweep_ppl]
@@ -363,6 +371,8 @@ loop_ppl = [r["perplexity"] for r in tasks.score_plans(model, ppl_task, loop_pla
 heat = pd.DataFrame([(m, k, p) for (m, k), p in zip(loop_keys, loop_ppl, strict=True)],
                     columns=["parallel layers M", "iterations", "perplexity"])  # fmt: skip
 table = heat.pivot(index="iterations", columns="parallel layers M", values="perplexity")
+
+# %% tags=["plot"]
 fig, ax = plt.subplots(figsize=(6, 4))
 sns.heatmap(np.log10(table), annot=table.map(lambda v: f"{v:,.0f}"), fmt="", cmap="magma_r", ax=ax,
             cbar_kws={"label": "log10 perplexity"})  # fmt: skip
@@ -371,6 +381,8 @@ for col, m in enumerate(table.columns):
     ax.add_patch(plt.Rectangle((col, best), 1, 1, fill=False, edgecolor="red", lw=2.5))
 ax.set(title=f"{model_name}: looped parallel (red: best iterations per M)")
 plt.show()
+
+# %%
 best_loops = {int(m): int(table[m].idxmin()) for m in table.columns}
 
 # %% [markdown]
@@ -403,7 +415,9 @@ for (variant, n, s), docs, pairs in zip(enc_keys, doc_embeddings, pair_embedding
     })  # fmt: skip
 enc_results = pd.DataFrame(enc_rows)
 enc_full = enc_results.iloc[0]
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for ax, metric, chance in [(axes[0], "agreement", None), (axes[1], "paraphrase ranking", 0.5)]:
     sns.lineplot(data=enc_results[enc_results.variant != "full model"], x="N", y=metric, hue="variant",
                  hue_order=order, marker="o", errorbar="sd", ax=ax)  # fmt: skip
@@ -415,6 +429,8 @@ for ax, metric, chance in [(axes[0], "agreement", None), (axes[1], "paraphrase r
 fig.suptitle(f"{encoder_name} ({Te} layers): variants of the middle layers")
 plt.tight_layout()
 plt.show()
+
+# %%
 display(Markdown(
     f"The full encoder ranks the paraphrase first for {enc_full['paraphrase ranking']:.1%} of "
     f"{len(triples)} triples."
@@ -430,7 +446,9 @@ display(Markdown(
 # %%
 per_plan = results.groupby(["variant", "N", "seed", "family"])["normalised"].mean().reset_index()
 overall = results.groupby(["variant", "N", "seed"])["normalised"].mean().reset_index()
-fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 sns.lineplot(data=overall, x="N", y="normalised", hue="variant", hue_order=order, marker="o",
              errorbar="sd", ax=axes[0])  # fmt: skip
 axes[0].set(title="all tasks (Fig 11)", ylabel="mean score (1 = full, 0 = chance)")

@@ -41,3 +41,32 @@ def quick_book(tmp_path_factory):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return site
+
+
+@pytest.fixture(scope="session")
+def committed_book(tmp_path_factory, quick_book):
+    """The published book: the executed chapters committed in book/chapters, rendered as
+    ``make book`` renders them. A chapter not executed yet is taken from the quick build, so
+    that the site is whole."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from resid import book
+
+    root = Path(__file__).resolve().parents[1]
+    site = tmp_path_factory.mktemp("committed-book") / "book"
+    shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", ".*", "results.md"))
+    for name in book.chapters():
+        for suffix in (".ipynb", ".json"):
+            if not (site / "chapters" / f"{name}{suffix}").exists():
+                shutil.copy(quick_book / "chapters" / f"{name}{suffix}", site / "chapters")
+    book.results_page(site / "chapters", toc=site / "_toc.yml")
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site), "--warningiserror"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return site

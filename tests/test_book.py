@@ -2,6 +2,8 @@
 
 import json
 import re
+import shutil
+import subprocess
 from html import unescape as html_unescape
 from pathlib import Path
 
@@ -65,18 +67,203 @@ def test_every_chapter_declares_the_standard_parameters():
             assert re.search(rf"^{parameter} = ", cell, re.M), f"{name} lacks parameter {parameter}"
 
 
-def test_a_failing_chapter_names_itself_and_its_notebook(tmp_path):
-    notebooks = tmp_path / "notebooks"
+def test_a_failing_chapter_names_itself_and_its_notebook_and_overwrites_nothing(tmp_path):
+    notebooks, out = tmp_path / "notebooks", tmp_path / "out"
     notebooks.mkdir()
+    out.mkdir()
+    (out / "broken.ipynb").write_text("the last good execution")
     (notebooks / "01_broken.py").write_text('# %%\nraise RuntimeError("on purpose")\n')
     with pytest.raises(book.ChapterError) as error:
-        book.run_chapter("broken", out_dir=tmp_path / "out", progress=False, notebooks=notebooks)
+        book.run_chapter("broken", out_dir=out, progress=False, notebooks=notebooks)
     message = str(error.value)
-    assert (
-        "'broken'" in message
-        and "on purpose" in message
-        and str(tmp_path / "out" / "broken.ipynb") in message
-    )
+    assert "'broken'" in message and "on purpose" in message and str(out / ".broken.failed.ipynb") in message
+    assert (out / "broken.ipynb").read_text() == "the last good execution"
+
+
+DEMO_CHAPTER = """# %% [markdown]
+# # Demo
+
+# %% tags=["parameters"]
+model_name = "smollm2-135m"  # [model]
+n_items = 3  # [> 0] items
+seeds = (0, 1)  # [non-empty, min 0]
+seed = 0  # [min 0]
+quick = False  # a small run for CI
+
+# %% tags=["setup"]
+import json
+import os
+
+# %%
+record = json.loads(os.environ["RESID_EXECUTION"])
+print(n_items, record["source_sha256"])
+
+# %% tags=["plot"]
+print("a figure would be drawn here")
+
+# %%
+from resid import progress
+
+for item in progress.track(["first", "second"], "item"):
+    pass
+"""
+
+
+def demo_chapter(tmp_path: Path) -> tuple[Path, Path]:
+    notebooks, out = tmp_path / "notebooks", tmp_path / "chapters"
+    notebooks.mkdir()
+    (notebooks / "01_demo.py").write_text(DEMO_CHAPTER)
+    return notebooks, out
+
+
+def test_an_executed_chapter_records_its_fingerprint_and_collapses_its_setup(tmp_path, capfd):
+    notebooks, out = demo_chapter(tmp_path)
+    path = book.run_chapter("demo", {"n_items": 5}, out_dir=out, progress=True, notebooks=notebooks)
+    # what the kernel reports as progress reaches the terminal that runs the chapter
+    assert "[resid]   item 2/2: second" in capfd.readouterr().err
+    notebook = json.loads(path.read_text())
+    record = notebook["metadata"]["resid"]
+    assert record["parameters"] == {"n_items": 5}
+    assert record["source_sha256"] == book.fingerprint("demo", {}, notebooks)["source_sha256"]
+    assert len(record["package_commit"]) == 40 and record["executed"]
+    outputs = "".join("".join(o.get("text", "")) for c in notebook["cells"] for o in c.get("outputs", []))
+    assert f"5 {record['source_sha256']}" in outputs  # the kernel saw the runner's record
+    prompts = {}
+    for cell in notebook["cells"]:
+        tags = cell["metadata"].get("tags", [])
+        if "hide-input" in tags:
+            prompts[tags[0]] = cell["metadata"]["mystnb"]["code_prompt_show"]
+    assert prompts == {"parameters": "Show the parameters", "setup": "Show the setup code",
+                       "injected-parameters": "Show the parameters this execution was given",
+                       "plot": "Show the plotting code"}  # fmt: skip
+    assert not list(out.glob(".demo-*")), "the scratch directory is left behind"
+    # executed with a parameter that is not the default: stale for the book
+    status = book.chapter_status("demo", out, notebooks)
+    assert status.state == "stale" and "not the defaults" in status.why
+
+
+def test_a_chapter_is_stale_when_its_source_changes_or_its_json_disagrees(tmp_path):
+    notebooks, out = demo_chapter(tmp_path)
+    assert book.chapter_status("demo", out, notebooks).state == "missing"
+    path = out / "demo.ipynb"
+    out.mkdir()
+    record = book.fingerprint("demo", {}, notebooks) | {"package_commit": "unknown", "executed": "now"}
+    path.write_text(json.dumps({"cells": [], "metadata": {"resid": record}}))
+    assert "demo.json is missing" in book.chapter_status("demo", out, notebooks).why
+    (out / "demo.json").write_text(json.dumps({"execution": record}))
+    assert book.chapter_status("demo", out, notebooks).state == "fresh"
+    (out / "demo.json").write_text(json.dumps({"execution": record | {"executed": "later"}}))
+    assert "different executions" in book.chapter_status("demo", out, notebooks).why
+    (out / "demo.json").write_text(json.dumps({"execution": record}))
+    source = notebooks / "01_demo.py"
+    source.write_text(source.read_text() + "\n# %%\nprint('one more cell')\n")
+    status = book.chapter_status("demo", out, notebooks)
+    assert status.state == "stale" and "source changed" in status.why
+
+
+def test_editing_a_committed_chapters_source_makes_it_stale(tmp_path):
+    """On a copy of the repository's notebooks and executed chapters: every fresh chapter turns
+    stale when one line of its source changes."""
+    notebooks, out = tmp_path / "notebooks", tmp_path / "chapters"
+    shutil.copytree(ROOT / "notebooks", notebooks)
+    shutil.copytree(ROOT / "book" / "chapters", out, ignore=shutil.ignore_patterns(".*"))
+    fresh = [n for n in book.chapters(notebooks) if book.chapter_status(n, out, notebooks).state == "fresh"]
+    assert fresh, "no committed chapter is fresh"
+    for name in fresh:
+        source = book.source(name, notebooks)
+        source.write_text(source.read_text().replace("# %% [markdown]", "# %% [markdown]\n# An edit.", 1))
+        status = book.chapter_status(name, out, notebooks)
+        assert status.state == "stale" and "source changed" in status.why, name
+
+
+def test_the_committed_chapters_are_fresh_and_agree_with_their_json():
+    """The published book: every executed chapter matches its source at the default parameters,
+    and every claim in its JSON is shown in its notebook."""
+    committed = [n for n in book.chapters() if (book.CHAPTERS_OUT / f"{n}.ipynb").exists()]
+    assert committed, "no executed chapter is committed in book/chapters"
+    for name in committed:
+        status = book.chapter_status(name)
+        assert status.state == "fresh", f"{name} is {status.state}: {status.why}; run `make book`"
+        results = json.loads((book.CHAPTERS_OUT / f"{name}.json").read_text())
+        assert not results.get("quick"), name
+        notebook = json.loads((book.CHAPTERS_OUT / f"{name}.ipynb").read_text())
+        outputs = [c.get("outputs", []) for c in notebook["cells"]]
+        shown = words(html_unescape(json.dumps(outputs, ensure_ascii=False)))
+        for row in results["claims"]:
+            assert words(row["ours"]) in shown, (name, row["ours"])
+
+
+def test_bad_parameters_fail_at_once_with_one_line(capsys, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("a chapter ran despite a bad parameter")
+
+    monkeypatch.setattr(book, "run_chapter", never)
+    cases = [
+        ("outliers", "n_tokens=-5", "n_tokens=-5 is out of range: must be > 0"),
+        ("outliers", "bogus=1", "unknown parameter 'bogus'"),
+        ("outliers", "model_name=no-such-model", "cannot load model 'no-such-model'"),
+        ("kurtosis", "seeds=()", "seeds=() is out of range: must be non-empty"),
+        ("kurtosis", "n_sequences=many", "n_sequences='many': must be int"),
+        ("painters", "dtype=float8", "must be one of bfloat16|float32|float64"),
+    ]
+    for chapter, pair, expected in cases:
+        assert book.main(["run", chapter, "-p", pair]) == 1
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, err
+        assert "Parameters (default [rule]): model_name=" in err  # it lists the valid ones
+
+
+def test_every_chapter_declares_its_parameters_with_a_rule():
+    for name in book.chapters():
+        declared = book.declared_parameters(name)
+        for parameter in declared.values():
+            assert parameter.rule or isinstance(parameter.default, bool), (name, parameter)
+        # the defaults obey the rules, and a run at the defaults has no parameters
+        defaults = {k: p.default for k, p in declared.items() if k != "model_name"}
+        assert book.validate_parameters(name, defaults) == {}, name
+    assert book.validate_parameters("kurtosis", {"seeds": [0, 1]}) == {"seeds": (0, 1)}
+
+
+def is_exercise(cell_type: str, text: str) -> bool:
+    return cell_type == "markdown" and "### Exercise" in text
+
+
+def test_handouts_keep_every_exercise_and_drop_every_solution(tmp_path):
+    paths = book.write_handouts(tmp_path)
+    assert [p.stem.split("_", 1)[1] for p in paths] == book.chapters()
+    for name, path in zip(book.chapters(), paths, strict=True):
+        cells = json.loads(path.read_text())["cells"]
+        source = book.source(name).read_text()
+        assert not any("solution" in c["metadata"].get("tags", []) for c in cells), name
+        headings = [c for c in cells if is_exercise(c["cell_type"], "".join(c["source"]))]
+        assert len(headings) == len(re.findall(r"^# ### Exercise", source, re.M)) >= 3, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", book.chapters())
+def test_a_handout_runs_up_to_its_first_exercise(tmp_path, name):
+    import nbformat
+    import papermill
+
+    notebook = book.handout(name)
+    first = next(i for i, c in enumerate(notebook.cells) if is_exercise(c.cell_type, c.source))
+    notebook.cells = notebook.cells[:first]
+    nbformat.write(notebook, tmp_path / "handout.ipynb")
+    papermill.execute_notebook(
+        str(tmp_path / "handout.ipynb"), str(tmp_path / "out.ipynb"), parameters={"quick": True},
+        cwd=str(tmp_path), kernel_name="python3", progress_bar=False,
+    )  # fmt: skip
+
+
+def test_the_pages_workflow_builds_the_committed_chapters_with_make_book():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    steps = workflow["jobs"]["build"]["steps"]
+    assert any(step.get("run") == "make book CHECK=1" for step in steps)
+    assert any(step.get("with", {}).get("path") == "book/_build/html" for step in steps)
+    dry = subprocess.run(["make", "-n", "book", "CHECK=1"], cwd=ROOT, capture_output=True, text=True)
+    assert "resid.book update --no-execute" in dry.stdout and "jupyter-book build book" in dry.stdout
+    full = subprocess.run(["make", "-n", "book", "ALL=1"], cwd=ROOT, capture_output=True, text=True)
+    assert "resid.book all" in full.stdout
 
 
 @pytest.mark.slow

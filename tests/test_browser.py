@@ -129,3 +129,45 @@ def test_a_solution_stays_hidden_until_its_toggle_is_clicked(site, browser):
     solution.locator("summary").click()
     assert code.is_visible() and "assert" in code.inner_text()
     page.close()
+
+
+@pytest.fixture(scope="module")
+def published(committed_book):
+    handler = functools.partial(QuietHandler, directory=str(committed_book / "_build" / "html"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_parameters_setup_and_plotting_code_are_collapsed_and_the_figures_shown(published, browser):
+    for name in book.chapters():
+        page = open_page(browser, f"{published}/chapters/{name}.html")
+        collapsed = page.locator(".tag_parameters, .tag_injected-parameters, .tag_setup, .tag_plot")
+        assert collapsed.count() >= 2, name
+        for i in range(collapsed.count()):
+            cell = collapsed.nth(i)
+            assert cell.locator("summary").first.inner_text().strip().startswith("Show the"), name
+            assert not cell.locator(".cell_input").is_visible(), f"{name}: a collapsed cell's code shows"
+        figures = page.locator(".tag_plot .cell_output img")
+        assert all(figures.nth(i).is_visible() for i in range(figures.count())), name
+        page.close()
+
+
+# Matplotlib draws 10-point text 14 px high at its 100 dpi; shrunk below 0.6 of its size, such
+# text is under 8 px on screen.
+LEGIBLE_SCALE = 0.6
+
+
+def test_no_figure_is_shrunk_below_a_legible_size(published, browser):
+    for name in book.chapters():
+        page = open_page(browser, f"{published}/chapters/{name}.html")
+        page.set_viewport_size({"width": 1280, "height": 900})
+        sizes = page.eval_on_selector_all(
+            ".cell_output img", "els => els.map(e => [e.clientWidth, e.naturalWidth])"
+        )
+        shown = [(w, n) for w, n in sizes if w > 0]  # solutions' figures stay folded
+        assert shown, f"{name} shows no figure"
+        small = [(w, n) for w, n in shown if w / n < LEGIBLE_SCALE]
+        assert not small, f"{name}: figures shown at {[f'{w}/{n} px' for w, n in small]}"
+        page.close()

@@ -131,3 +131,13 @@ def test_training_time_is_recorded_summed_over_sessions_and_reported_on_load(mon
     name = f"training run {TINY.key()}"
     assert [(b["name"], b["built_now"]) for b in provenance.BUILDS] == [(name, True)] * 2 + [(name, False)]
     assert provenance.BUILDS[-1]["seconds"] == pytest.approx(total)
+
+
+def test_a_run_inside_a_chapter_reports_its_progress_to_the_runner(monkeypatch, tmp_path):
+    """In a chapter (the runner sets RESID_PROGRESS) a run shows a bar even with
+    progress=False, which only keeps the bar out of the notebook."""
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RESID_PROGRESS", str(tmp_path / "progress.log"))
+    train(TINY, progress=False)
+    shown = (tmp_path / "progress.log").read_text()
+    assert f"training {TINY.key()[:8]} (adamw, layernorm, seed 0)" in shown and "30/30" in shown

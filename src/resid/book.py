@@ -4,23 +4,44 @@ A chapter's source is a percent-format script ``notebooks/<name>.py`` (readable 
 it is converted to a notebook, executed with its parameters, and written to
 ``book/chapters/<name>.ipynb``, which Jupyter Book renders without re-executing.
 
+The executed chapters are kept in the repository. Each records a fingerprint (a hash of its
+source and the parameters it was given: what the chapter says and is told) with the commit of
+``src/resid`` it ran with; a chapter is *stale* when its source or parameters no longer match.
+
     python -m resid.book list
-    python -m resid.book run outliers -p quick=True -p model=gpt2
-    python -m resid.book all
+    python -m resid.book status    # fresh or stale, executed when, with which package commit
+    python -m resid.book update    # execute the missing and stale chapters at their defaults
+    python -m resid.book run outliers -p quick=True -p model_name=gpt2
+    python -m resid.book all       # execute every chapter, stale or not
     python -m resid.book results   # the results overview page, from the chapters' JSON files
+    python -m resid.book handouts  # student notebooks, solutions removed
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+
+from .progress import ENV as PROGRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 CHAPTERS_OUT = ROOT / "book" / "chapters"
+HANDOUTS_OUT = ROOT / "handouts"
+EXECUTION_ENV = "RESID_EXECUTION"  # the runner's record of this execution, read by save_results
 
 
 class ChapterError(RuntimeError):
@@ -39,6 +60,179 @@ def source(name: str, notebooks: Path = NOTEBOOKS) -> Path:
     return matches[0]
 
 
+# --- a chapter's parameters, declared once in its parameters cell ---
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One line of a parameters cell: ``name = default  # [rule] what it is``.
+
+    The type is the default's; the rule, in brackets at the start of the comment, is a
+    comma-separated list of ``> x``, ``< x``, ``min x``, ``max x`` (for a tuple: each element),
+    ``non-empty``, ``model`` (a name ``resid.load`` knows), ``corpus``, ``one of a|b``. (No
+    ``=`` in a rule: papermill's parameter parser would stumble on it.)
+    """
+
+    name: str
+    default: object
+    rule: str = ""
+
+    def describe(self) -> str:
+        return f"{self.name}={self.default!r}" + (f" [{self.rule}]" if self.rule else "")
+
+
+def declared_parameters(name: str, notebooks: Path = NOTEBOOKS) -> dict[str, Parameter]:
+    """The parameters a chapter declares, from its papermill parameters cell."""
+    text = source(name, notebooks).read_text()
+    cell = text.split('# %% tags=["parameters"]', 1)[1].split("\n# %%", 1)[0]
+    declared = {}
+    for line in cell.strip().splitlines():
+        statement = ast.parse(line).body[0]
+        if not (isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Name)):
+            raise ChapterError(f"chapter {name!r}: the parameters cell holds {line!r}, not name = value")
+        rule = re.match(r".*#\s*\[([^\]]*)\]", line)
+        key = statement.targets[0].id
+        rule_text = rule.group(1).strip() if rule else ""
+        declared[key] = Parameter(key, ast.literal_eval(statement.value), rule_text)
+    return declared
+
+
+def validate_parameters(name: str, given: dict, notebooks: Path = NOTEBOOKS) -> dict:
+    """``given`` checked against what the chapter declares, with the values equal to their
+    default dropped (so a run at the defaults has the empty dict as its parameters). A bad name,
+    type or value raises ``ChapterError`` with one line that lists the valid parameters."""
+    declared = declared_parameters(name, notebooks)
+    listing = ", ".join(p.describe() for p in declared.values())
+    checked = {}
+    for key, value in given.items():
+        try:
+            if key not in declared:
+                raise ValueError(f"unknown parameter {key!r}")
+            value = _check(declared[key], value)
+        except ValueError as error:
+            raise ChapterError(f"chapter {name!r}: {error}. Parameters (default [rule]): {listing}") from None
+        if value != declared[key].default:
+            checked[key] = value
+    return checked
+
+
+def _check(parameter: Parameter, value: object) -> object:
+    default, shown = parameter.default, f"{parameter.name}={value!r}"
+    kind = type(default)
+    if isinstance(default, tuple):
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{shown}: must be a tuple such as {default!r}")
+        value = tuple(value)
+        element = type(default[0]) if default else None
+        if element and not all(_is_a(v, element) for v in value):
+            raise ValueError(f"{shown}: every element must be {element.__name__}")
+    elif not _is_a(value, kind):
+        raise ValueError(f"{shown}: must be {kind.__name__}, like the default {default!r}")
+    for clause in filter(None, (c.strip() for c in parameter.rule.split(","))):
+        elements = value if isinstance(value, tuple) else (value,)
+        if clause == "non-empty":
+            ok = len(elements) > 0
+        elif clause == "model":
+            from .loaders import UnknownModelError, check_name
+
+            try:
+                check_name(value)
+            except UnknownModelError as error:
+                raise ValueError(f"{shown}: {str(error).split(' Embedded models')[0].rstrip('.')}") from None
+            ok = True
+        elif clause == "corpus":
+            from .data import CORPORA
+
+            ok = value in CORPORA or str(value).startswith("hf:")
+            clause = f"one of {'|'.join(CORPORA)} or hf:<dataset>"
+        elif clause.startswith("one of "):
+            ok = value in clause.removeprefix("one of ").split("|")
+        else:
+            match = re.fullmatch(r"(min|max|>|<)\s*(\S+)", clause)
+            if match is None:
+                raise ChapterError(f"parameter {parameter.name}: unknown rule {clause!r}")
+            op, bound = match.groups()
+            bound = float(bound)
+            compare = {">": float.__gt__, "min": float.__ge__, "<": float.__lt__, "max": float.__le__}[op]
+            ok = all(compare(float(v), bound) for v in elements)
+        if not ok:
+            described = re.sub(r"^min ", "at least ", re.sub(r"^max ", "at most ", clause))
+            raise ValueError(f"{shown} is out of range: must be {described}")
+    return value
+
+
+def _is_a(value: object, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+# --- fingerprints: is an executed chapter still what its source and parameters say? ---
+
+
+def fingerprint(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> dict:
+    """What a chapter says (a hash of its source) and is told (its non-default parameters)."""
+    digest = hashlib.sha256(source(name, notebooks).read_bytes()).hexdigest()[:16]
+    return {"chapter": name, "source_sha256": digest, "parameters": parameters}
+
+
+def package_commit() -> tuple[str, bool]:
+    """The last commit that changed ``src/resid``, and whether the package differs from it now."""
+    try:
+        commit = _git("log", "-1", "--format=%H", "--", "src/resid")
+        dirty = bool(_git("status", "--porcelain", "--", "src/resid"))
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False
+    return commit or "unknown", dirty
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@dataclass
+class ChapterStatus:
+    name: str
+    state: str  # fresh | stale | missing
+    why: str
+    record: dict | None  # the execution record in the executed notebook
+    package_changes: list[str]  # files of src/resid changed since the commit it ran with
+
+
+def chapter_status(name: str, out_dir: Path = CHAPTERS_OUT, notebooks: Path = NOTEBOOKS) -> ChapterStatus:
+    """Fresh when the executed notebook's fingerprint matches the chapter's source at its default
+    parameters and its results JSON carries the same record; stale otherwise; missing if absent."""
+    path, results = out_dir / f"{name}.ipynb", out_dir / f"{name}.json"
+    if not path.exists():
+        return ChapterStatus(name, "missing", "not executed", None, [])
+    record = json.loads(path.read_text()).get("metadata", {}).get("resid")
+    if record is None:
+        return ChapterStatus(name, "stale", "executed before fingerprints were recorded", None, [])
+    changes = []
+    if record.get("package_commit", "unknown") != "unknown":
+        try:
+            changes = _git("diff", "--name-only", record["package_commit"], "--", "src/resid").split()
+        except (OSError, subprocess.CalledProcessError):
+            changes = ["(commit not in this repository)"]
+    expected = fingerprint(name, {}, notebooks)
+    if record["source_sha256"] != expected["source_sha256"]:
+        why = "its source changed since it was executed"
+    elif record["parameters"]:
+        why = f"executed with {record['parameters']}, not the defaults"
+    elif not results.exists():
+        why = f"{results.name} is missing"
+    elif json.loads(results.read_text()).get("execution") != record:
+        why = f"{results.name} and the notebook come from different executions"
+    else:
+        return ChapterStatus(name, "fresh", "", record, changes)
+    return ChapterStatus(name, "stale", why, record, changes)
+
+
+# --- execution ---
+
+
 def run_chapter(
     name: str,
     parameters: dict | None = None,
@@ -48,31 +242,149 @@ def run_chapter(
 ) -> Path:
     """Execute one chapter into ``out_dir/<name>.ipynb``; raise ``ChapterError`` if a cell fails.
 
-    The notebook runs with ``out_dir`` as its working directory, so whatever it writes (its
-    results JSON) lands next to it.
+    The notebook runs in a scratch directory; its notebook and results JSON replace those in
+    ``out_dir`` only when every cell succeeded (a failed run is kept as ``.<name>.failed.ipynb``).
+    The execution record (fingerprint, package commit, date) goes into the notebook's metadata
+    and, through ``save_results``, into its JSON.
     """
     import jupytext
     import papermill
 
+    parameters = parameters or {}
     notebook = jupytext.read(source(name, notebooks))
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     out_dir.mkdir(parents=True, exist_ok=True)
-    staged = out_dir / f".{name}.source.ipynb"
+    commit, dirty = package_commit()
+    record = fingerprint(name, parameters, notebooks) | {
+        "package_commit": commit,
+        "package_dirty": dirty,
+        "executed": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir))
+    staged, executed = scratch / "source.ipynb", scratch / f"{name}.ipynb"
     jupytext.write(notebook, staged, fmt="ipynb")
-    output = out_dir / f"{name}.ipynb"
     try:
-        papermill.execute_notebook(
-            str(staged), str(output), parameters=parameters or {}, cwd=str(out_dir),
-            kernel_name="python3", progress_bar=progress,
-        )  # fmt: skip
+        with _echo_progress(enabled=progress), _environment(EXECUTION_ENV, json.dumps(record)):
+            papermill.execute_notebook(
+                str(staged), str(executed), parameters=parameters, cwd=str(scratch),
+                kernel_name="python3", progress_bar=progress,
+            )  # fmt: skip
     except papermill.PapermillExecutionError as error:
+        failed = out_dir / f".{name}.failed.ipynb"
+        shutil.move(executed, failed)
         raise ChapterError(
             f"chapter {name!r} failed in cell {error.exec_count}: {error.ename}: {error.evalue}. "
-            f"The executed notebook, with the traceback, is at {output}"
+            f"The executed notebook, with the traceback, is at {failed}"
         ) from None
     finally:
         staged.unlink(missing_ok=True)
+    output = out_dir / f"{name}.ipynb"
+    _present(executed, record)
+    for produced in scratch.iterdir():
+        shutil.move(produced, out_dir / produced.name)
+    scratch.rmdir()
     return output
+
+
+# Cells a reader need not read first: collapsed behind a toggle that says what they hold.
+COLLAPSED = {
+    "parameters": "Show the parameters",
+    "injected-parameters": "Show the parameters this execution was given",
+    "setup": "Show the setup code",
+    "plot": "Show the plotting code",
+}
+
+
+def _present(path: Path, record: dict) -> None:
+    """Collapse the parameters, setup and plotting cells (their outputs stay visible) and store
+    the execution record in the notebook's metadata."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        tags = cell.metadata.get("tags", [])
+        for tag, prompt in COLLAPSED.items():
+            if tag in tags:
+                cell.metadata["tags"] = [*tags, "hide-input"]
+                cell.metadata["mystnb"] = {"code_prompt_show": prompt, "code_prompt_hide": "Hide the code"}
+                break
+    notebook.metadata["resid"] = record
+    nbformat.write(notebook, path)
+
+
+class _environment:
+    """``os.environ[key] = value`` for the duration of a ``with`` block (the kernel inherits it)."""
+
+    def __init__(self, key: str, value: str):
+        self.key, self.value, self.before = key, value, os.environ.get(key)
+
+    def __enter__(self) -> None:
+        os.environ[self.key] = self.value
+
+    def __exit__(self, *exc) -> None:
+        if self.before is None:
+            os.environ.pop(self.key, None)
+        else:
+            os.environ[self.key] = self.before
+
+
+class _echo_progress:
+    """Give the kernel a progress file (``resid.progress``) and copy what it writes to stderr."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        if not self.enabled:
+            return
+        fd, self.path = tempfile.mkstemp(prefix="resid-progress-", suffix=".log")
+        os.close(fd)
+        self.env = _environment(PROGRESS_ENV, self.path)
+        self.env.__enter__()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._copy, daemon=True)
+        self.thread.start()
+
+    def _copy(self) -> None:
+        with open(self.path) as f:
+            while True:
+                finished = self.done.wait(0.5)
+                text = f.read()
+                if text:  # a new line first: papermill's cell counter is a bar on this line
+                    sys.stderr.write("\n" + text)
+                    sys.stderr.flush()
+                if finished:
+                    return
+
+    def __exit__(self, *exc) -> None:
+        if not self.enabled:
+            return
+        self.done.set()
+        self.thread.join()
+        self.env.__exit__()
+        os.unlink(self.path)
+
+
+def handout(name: str, notebooks: Path = NOTEBOOKS):
+    """A chapter as a student notebook: every cell but the exercises' solutions."""
+    import jupytext
+
+    notebook = jupytext.read(source(name, notebooks))
+    notebook.cells = [c for c in notebook.cells if "solution" not in c.metadata.get("tags", [])]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return notebook
+
+
+def write_handouts(out_dir: Path = HANDOUTS_OUT, notebooks: Path = NOTEBOOKS) -> list[Path]:
+    import nbformat
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in chapters(notebooks):
+        path = out_dir / f"{source(name, notebooks).stem}.ipynb"
+        nbformat.write(handout(name, notebooks), path)
+        paths.append(path)
+    return paths
 
 
 def save_results(results: dict, rerun: dict | None = None) -> None:
@@ -83,8 +395,6 @@ def save_results(results: dict, rerun: dict | None = None) -> None:
     they make the exact ``make chapter`` command. The command and the chapter's cached and cold
     run times are glued for the chapter's opening box (``{glue:text}`rerun_cached```).
     """
-    import json
-
     from IPython.display import Markdown
     from myst_nb import glue
 
@@ -93,11 +403,20 @@ def save_results(results: dict, rerun: dict | None = None) -> None:
     times = provenance.rerun_times(results["seconds"])
     rerun = ({"quick": True} if results.get("quick") else {}) | (rerun or {})
     command = rerun_command(results["chapter"], rerun)
+    execution = json.loads(os.environ.get(EXECUTION_ENV, "null"))  # set by run_chapter
     results = results | {"rerun": {"command": command, "parameters": rerun, **times},
-                         "environment": provenance.environment()}  # fmt: skip
+                         "environment": provenance.environment(), "execution": execution}  # fmt: skip
     with open(f"{results['chapter']}.json", "w") as f:
         json.dump(results, f, indent=1, default=str)
     approx = "≈ " if times["cold_estimated"] else ""
+    if execution:
+        dirty = " with local changes" if execution["package_dirty"] else ""
+        commit = execution["package_commit"][:7] + dirty
+        glue("executed_on", execution["executed"], display=False)
+        glue("executed_commit", commit, display=False)
+    else:
+        glue("executed_on", "outside the book's runner", display=False)
+        glue("executed_commit", "unrecorded", display=False)
     glue("rerun_command", Markdown(f"`{command}`"), display=False)
     glue("rerun_cached", provenance.duration(times["cached_seconds"]), display=False)
     glue("rerun_cold", approx + provenance.duration(times["cold_seconds"]), display=False)
@@ -128,8 +447,6 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
     the paper's figure, ours and the verdict, each linking to the chapter's own claims table
     (label ``claims-<chapter>``); then a reproducibility note per chapter.
     """
-    import json
-
     import yaml
 
     def cell(value) -> str:
@@ -211,31 +528,76 @@ def parse_parameters(pairs: list[str]) -> dict:
     return parameters
 
 
+def print_status(out_dir: Path = CHAPTERS_OUT) -> list[ChapterStatus]:
+    """One line per chapter: its state, when and from which package commit it was executed, and
+    what re-executing it costs on the machine that executed it (cached runs, and cold)."""
+    from .provenance import duration
+
+    rows = [chapter_status(name, out_dir) for name in chapters()]
+    for row in rows:
+        record, details = row.record or {}, []
+        if "executed" in record:
+            details.append(f"executed {record['executed']}, src/resid at {record['package_commit'][:7]}")
+        if row.why:
+            details.append(row.why)
+        results = out_dir / f"{row.name}.json"
+        if results.exists():
+            rerun = json.loads(results.read_text()).get("rerun", {})
+            approx = "≈ " if rerun.get("cold_estimated") else ""
+            details.append(f"rerun {duration(rerun.get('cached_seconds'))} cached, "
+                           f"{approx}{duration(rerun.get('cold_seconds'))} cold")  # fmt: skip
+        if row.package_changes:
+            details.append(f"package files changed since: {', '.join(row.package_changes)}")
+        print(f"{row.name:12} {row.state:8} " + "; ".join(details))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m resid.book", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the chapters")
+    sub.add_parser("status", help="each chapter: fresh, stale or missing, executed when, with which commit")
+    update = sub.add_parser("update", help="execute the missing and stale chapters at their defaults")
+    update.add_argument("--no-execute", action="store_true", help="fail, executing nothing, if one is stale")
     sub.add_parser("results", help="write the results overview page from the chapters' JSON files")
+    handouts = sub.add_parser("handouts", help="write student notebooks without the solutions")
+    handouts.add_argument("--out", type=Path, default=HANDOUTS_OUT)
     run = sub.add_parser("run", help="execute one chapter")
     run.add_argument("chapter")
     run.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
-    everything = sub.add_parser("all", help="execute every chapter")
+    everything = sub.add_parser("all", help="execute every chapter, stale or not")
     everything.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
             print("\n".join(chapters()))
             return 0
+        if args.command == "status":
+            print_status()
+            return 0
         if args.command == "results":
             print(f"[resid] results overview -> {results_page()}")
             return 0
-        names = [args.chapter] if args.command == "run" else chapters()
-        parameters = parse_parameters(args.param)
-        for name in names:
-            source(name)  # an unknown name fails before anything runs
-        for name in names:
+        if args.command == "handouts":
+            for path in write_handouts(args.out):
+                print(f"[resid] handout -> {path}")
+            return 0
+        if args.command == "update":
+            todo = [row.name for row in print_status() if row.state != "fresh"]
+            runs = {name: {} for name in todo}
+            if not todo:
+                print("[resid] every chapter is fresh: nothing to execute")
+            elif args.no_execute:
+                raise ChapterError(f"not fresh: {', '.join(todo)}; run `make book` to execute them")
+        else:
+            names = [args.chapter] if args.command == "run" else chapters()
+            given = parse_parameters(args.param)
+            # every name and parameter is checked before anything runs or is overwritten
+            runs = {name: validate_parameters(name, given) for name in names}
+        for i, (name, parameters) in enumerate(runs.items(), 1):
             start = time.time()
-            print(f"[resid] chapter {name}: running", flush=True)
+            shown = " ".join(f"{k}={v!r}" for k, v in parameters.items()) or "defaults"
+            print(f"[resid] chapter {name} ({i}/{len(runs)}, {shown}): running", flush=True)
             output = run_chapter(name, parameters)
             print(f"[resid] chapter {name}: done in {time.time() - start:.0f} s -> {output}", flush=True)
     except ChapterError as error:

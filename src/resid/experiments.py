@@ -12,6 +12,7 @@ import torch
 
 from . import data, stats
 from .model import Config, Transformer
+from .progress import track
 from .train import TrainConfig, corpus_ids
 
 # The regime search (the Kurtosis chapter): one lever at a time, from the small configuration
@@ -105,20 +106,19 @@ def compare_variants(
 
     tokens = held_out_tokens(base) if tokens is None else tokens
     curves, finals, analyses = [], [], []
-    for name in names:
-        for s in seeds:
-            result = train(variant(name, s, base), progress=False)
-            for row in result.history:
-                if "val_loss" in row:
-                    curves.append({"variant": name, "seed": s, "step": row["step"],
-                                   "val loss": row["val_loss"], "max kurtosis": max(row["kurtosis"][1:]),
-                                   "rotated": float(np.mean(row["kurtosis_rotated"][1:])),
-                                   "max mlp-in kurtosis": max(row["kurtosis_mlp_in"])})  # fmt: skip
-            with torch.no_grad():
-                finals.append({"variant": name, "seed": s, "val loss": result.model.loss(tokens).item()})
-            table = analyse(result.model, tokens, n_rotations=n_rotations)
-            table["variant"], table["seed"] = name, s
-            analyses.append(table)
+    for name, s in track([(name, s) for name in names for s in seeds], "training run (variant, seed)"):
+        result = train(variant(name, s, base), progress=False)
+        for row in result.history:
+            if "val_loss" in row:
+                curves.append({"variant": name, "seed": s, "step": row["step"],
+                               "val loss": row["val_loss"], "max kurtosis": max(row["kurtosis"][1:]),
+                               "rotated": float(np.mean(row["kurtosis_rotated"][1:])),
+                               "max mlp-in kurtosis": max(row["kurtosis_mlp_in"])})  # fmt: skip
+        with torch.no_grad():
+            finals.append({"variant": name, "seed": s, "val loss": result.model.loss(tokens).item()})
+        table = analyse(result.model, tokens, n_rotations=n_rotations)
+        table["variant"], table["seed"] = name, s
+        analyses.append(table)
     return pd.DataFrame(curves), pd.DataFrame(finals), pd.concat(analyses, ignore_index=True)
 
 

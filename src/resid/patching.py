@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import progress
 from .model import Transformer, apply_rotary, read, write
 
 # last-position logits [..., batch, vocab] -> per prompt [..., batch] (or [..., batch, k] for k metrics)
@@ -114,7 +115,7 @@ def patch_residual(
     _, cache = model.run_with_cache(tokens, names)
     batch, n_pos = tokens.shape
     result = []
-    for layer, name in enumerate(names):
+    for layer, name in enumerate(progress.steps(names, "residual patching, by layer")):
         x = cache[name].unsqueeze(0).repeat(n_pos, 1, 1, 1)  # [patched position, batch, pos, d]
         positions = torch.arange(n_pos)
         x[positions, :, positions] = replacements[name].transpose(0, 1)
@@ -134,7 +135,7 @@ def patch_heads(
     _, cache = model.run_with_cache(tokens, resid_names)
     batch = tokens.shape[0]
     result = []
-    for layer in range(cfg.n_layers):
+    for layer in progress.steps(range(cfg.n_layers), "head patching, by layer"):
         source = replacements[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, head, d_head]
 
         def run(xs: Tensor, first: int, layer: int = layer, source: Tensor = source) -> Tensor:
@@ -346,7 +347,7 @@ def edge_patching(
     keep = graph.allowed.float()
     base = metric(graph_forward(model, clean, keep, corrupted)[0]).mean()
     changes = []
-    for u, v in edges:
+    for u, v in progress.steps(edges, "exact edge patching"):
         keep[u, v] = 0.0
         changes.append(metric(graph_forward(model, clean, keep, corrupted)[0]).mean() - base)
         keep[u, v] = 1.0
@@ -370,7 +371,7 @@ def path_patching(
     columns = [graph.downstream.index(r) for r in receivers]
     base = metric(graph_forward(model, clean)[0]).mean()
     changes = []
-    for sender in senders:
+    for sender in progress.steps(senders, "path patching, by sender"):
         keep = torch.ones(graph.allowed.shape)
         keep[graph.upstream.index(sender), columns] = 0.0
         changes.append(metric(graph_forward(model, clean, keep, corrupted)[0]).mean() - base)
@@ -400,7 +401,7 @@ def acdc(
     reference = graph_forward(model, clean, kept.float(), corrupted)[0]
     kl = KLFromReference(reference)
     current, passes = 0.0, 0
-    for v in reversed(range(len(graph.downstream))):
+    for v in progress.steps(reversed(range(len(graph.downstream))), "ACDC, by downstream node"):
         for u in reversed(kept[:, v].nonzero()[:, 0].tolist()):
             kept[u, v] = False
             trial = kl(graph_forward(model, clean, kept.float(), corrupted)[0]).mean().item()

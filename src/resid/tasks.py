@@ -24,6 +24,7 @@ from torch import Tensor
 from . import data
 from .model import Transformer
 from .plans import Plan, run_plans
+from .progress import steps as progress_steps
 
 SEMANTIC, STEPWISE = "semantic", "step-by-step"
 
@@ -239,14 +240,13 @@ def score_plans(
     Every batch of rows runs all plans with their shared prefixes computed once, and tasks
     built on the same token rows (perplexity and word recall) share the forward passes.
     """
-    from tqdm import tqdm
-
     results: list[dict[str, float]] = [{} for _ in plans]
     by_tokens: dict[int, list[Task]] = {}
     for task in tasks:
         by_tokens.setdefault(id(task.tokens), []).append(task)
     device = model.embed.weight.device
-    for group in tqdm(by_tokens.values(), disable=not progress, desc="token sets"):
+    desc = f"scoring {len(plans)} plans on {len(tasks)} tasks, by token set"
+    for group in progress_steps(by_tokens.values(), desc, show=progress):
         tokens = group[0].tokens.to(device)
         rows, positions, targets = (
             torch.cat([getattr(t, f) for t in group]) for f in ("rows", "positions", "targets")

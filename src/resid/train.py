@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, token_ids, train_val_split
 from .loaders import cache_dir
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW
+from .progress import bar as progress_bar
 from .provenance import record_build
 from .stats import haar_rotation, kurtosis_metric
 
@@ -292,22 +292,26 @@ def train(
             )
         last = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
         model.train()
-        bar = tqdm(range(step, last), initial=step, total=cfg.steps, disable=not progress or rank != 0,
-                   desc=cfg.key()[:8])  # fmt: skip
+        desc = f"training {cfg.key()[:8]} ({cfg.optimizer}, {cfg.model.norm}, seed {cfg.seed})"
+        first = step
+        bar = progress_bar(cfg.steps, desc, initial=first, show=progress and rank == 0)
         try:
-            for step in bar:
+            for step in range(first, last):
                 history.append(
                     _train_step(forward, model, optimizer, train_ids, cfg, step, rank, world, device)
                 )
                 done = step + 1
                 if done % cfg.eval_every == 0 or done == cfg.steps:
                     history[-1] |= evaluate(model, val_ids.to(device), cfg)
-                bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}")
+                bar.update()
+                bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}", refresh=False)
                 if done % cfg.checkpoint_every == 0 or done == last:
                     _save(path, model, optimizer, history, done, cfg, seconds_so_far(), rank)
         except KeyboardInterrupt:
             _save(path, model, optimizer, history, len(history), cfg, seconds_so_far(), rank)
             raise
+        finally:
+            bar.close()
         seconds = seconds_so_far()
     record_build(f"training run {cfg.key()}", seconds, built_now, estimated)
     model.eval()
