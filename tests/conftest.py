@@ -58,6 +58,7 @@ def committed_book(tmp_path_factory, quick_book):
     root = Path(__file__).resolve().parents[1]
     site = tmp_path_factory.mktemp("committed-book") / "book"
     shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", ".*", "results.md"))
+    (site / "chapters").mkdir(exist_ok=True)
     for name in book.chapters():
         for suffix in (".ipynb", ".json"):
             if not (site / "chapters" / f"{name}{suffix}").exists():
