@@ -43,7 +43,7 @@ html: setup
 chapter: setup
 	@if [ -z "$(CH)" ]; then echo "usage: make chapter CH=<name> [P=\"quick=True seed=1\"]; chapters:"; \
 		$(PY) -m resid.book list; exit 2; fi
-	$(PY) -m resid.book run $(CH) $(addprefix -p ,$(P))
+	@$(PY) -m resid.book run $(CH) $(addprefix -p ,$(P))
 	$(PY) -m resid.book results
 	$(VENV)/bin/jupyter-book build book
 
