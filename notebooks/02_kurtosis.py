@@ -146,8 +146,11 @@ for name, cfg in progress.track(sweep.items(), "sweep run"):
                    "max |x| / rms": max(last["max_abs_over_rms"][1:])})  # fmt: skip
 curves = pd.DataFrame(rows)
 blocks = curves[curves.layer > 0]
-grid = sns.relplot(data=blocks, x="step", y="kurtosis", hue="layer", col="run", col_wrap=4, kind="line",
-                   height=2.6, aspect=1.2, palette="viridis", facet_kws={"sharex": False})  # fmt: skip
+
+# %% tags=["plot"]
+# three panels a row, so that the figure with its legend stays within the text width
+grid = sns.relplot(data=blocks, x="step", y="kurtosis", hue="layer", col="run", col_wrap=3, kind="line",
+                   height=2.3, aspect=1.25, palette="viridis", facet_kws={"sharex": False})  # fmt: skip
 for ax, (_, group) in zip(grid.axes.flat, blocks.groupby("run", sort=False), strict=False):
     control = group.groupby("step")["rotated"].mean()
     ax.plot(control.index, control.values, color="grey", ls=":", label="rotated")
@@ -155,6 +158,8 @@ for ax, (_, group) in zip(grid.axes.flat, blocks.groupby("run", sort=False), str
 grid.set_titles("{col_name}")
 grid.figure.suptitle("per-layer kurtosis during training (dotted: a fixed random rotation)", y=1.02)
 plt.show()
+
+# %%
 sweep_table = pd.DataFrame(finals)
 sweep_table.style.format({"val loss": "{:.3f}", "max kurtosis": "{:.2f}", "rotated": "{:.2f}",
                           "max |x| / rms": "{:.1f}"}).hide(axis="index")  # fmt: skip
