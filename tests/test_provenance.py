@@ -22,6 +22,15 @@ def test_cached_time_leaves_out_what_was_built_and_cold_time_adds_what_was_loade
     assert times["cold_estimated"] and times["artefacts"] == 3
 
 
+def test_a_run_resumed_now_subtracts_only_the_time_trained_now(monkeypatch):
+    """A run interrupted after 250 s and finished in this chapter's 100 s execution (50 s of
+    training): cached 50 s, cold 50 + 300."""
+    monkeypatch.setattr(provenance, "BUILDS", [])
+    provenance.record_build("run", 300.0, built_now=True, seconds_now=50.0)
+    times = provenance.rerun_times(100.0)
+    assert times["cached_seconds"] == pytest.approx(50.0) and times["cold_seconds"] == pytest.approx(350.0)
+
+
 def test_cold_time_is_unknown_when_a_loaded_artefact_has_no_recorded_time(monkeypatch):
     monkeypatch.setattr(provenance, "BUILDS", [build("old run", None, False)])
     times = provenance.rerun_times(50.0)

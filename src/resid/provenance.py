@@ -17,8 +17,18 @@ BUILDS: list[dict] = []
 INPUTS: dict[str, str] = {}
 
 
-def record_build(name: str, seconds: float | None, built_now: bool, estimated: bool = False) -> None:
-    BUILDS.append({"name": name, "seconds": seconds, "built_now": built_now, "estimated": estimated})
+def record_build(
+    name: str,
+    seconds: float | None,
+    built_now: bool,
+    estimated: bool = False,
+    seconds_now: float | None = None,
+) -> None:
+    """``seconds``: what building the artefact took in all (a resumed training run sums its
+    sessions); ``seconds_now``: the part of it spent in this process (all of it by default)."""
+    now = (seconds if built_now else 0.0) if seconds_now is None else seconds_now
+    BUILDS.append({"name": name, "seconds": seconds, "built_now": built_now, "estimated": estimated,
+                   "seconds_now": now})  # fmt: skip
 
 
 def record_input(name: str, sha256_16: str) -> None:
@@ -47,7 +57,8 @@ def rerun_times(wall_seconds: float) -> dict:
     built = [a for a in artefacts.values() if a["built_now"]]
     loaded = [a for a in artefacts.values() if not a["built_now"]]
     unknown = sum(a["seconds"] is None for a in loaded)
-    cached = wall_seconds - sum(a["seconds"] or 0.0 for a in built)
+    # a run resumed here was partly built before: only the part built now is in wall_seconds
+    cached = wall_seconds - sum(a.get("seconds_now", a["seconds"]) or 0.0 for a in built)
     return {
         "cached_seconds": cached,
         "cold_seconds": None if unknown else cached + sum(a["seconds"] for a in artefacts.values()),

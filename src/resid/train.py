@@ -276,7 +276,7 @@ def train(
         history, step = state["history"], state["step"]
         seconds = state.get("seconds")  # runs cached before timing was recorded have none
         estimated = state.get("seconds_estimated", False)
-    built_now = step < cfg.steps
+    built_now, seconds_now = step < cfg.steps, 0.0
     if built_now:
         started, before = time.perf_counter(), seconds
 
@@ -312,8 +312,8 @@ def train(
             raise
         finally:
             bar.close()
-        seconds = seconds_so_far()
-    record_build(f"training run {cfg.key()}", seconds, built_now, estimated)
+        seconds, seconds_now = seconds_so_far(), time.perf_counter() - started
+    record_build(f"training run {cfg.key()}", seconds, built_now, estimated, seconds_now=seconds_now)
     model.eval()
     model.tokenizer = ByteTokenizer()
     if not device_given:  # the book analyses on CPU; a caller who chose a device keeps the model there
