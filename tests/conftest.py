@@ -17,13 +17,28 @@ def smollm2():
     return resid.load("smollm2-135m")
 
 
+def render(site) -> None:
+    """The results page and the HTML of a book folder, warnings counted as errors."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from resid import book
+
+    book.results_page(site / "chapters", toc=site / "_toc.yml")
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site), "--warningiserror"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
 @pytest.fixture(scope="session")
 def quick_book(tmp_path_factory):
     """The book with every chapter executed in quick mode, its results page, and its HTML:
     the site a reader's browser gets (``<site>/_build/html``)."""
     import shutil
-    import subprocess
-    import sys
     from pathlib import Path
 
     from resid import book
@@ -33,13 +48,7 @@ def quick_book(tmp_path_factory):
     shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", "chapters"))
     for name in book.chapters():
         book.run_chapter(name, {"quick": True}, out_dir=site / "chapters", progress=False)
-    book.results_page(site / "chapters", toc=site / "_toc.yml")
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site), "--warningiserror"],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    render(site)
     return site
 
 
@@ -48,13 +57,10 @@ def committed_book(tmp_path_factory):
     """The published book: the executed chapters committed in book/chapters, rendered as
     ``make book`` renders them (a chapter not executed yet is left out of its table of contents)."""
     import shutil
-    import subprocess
-    import sys
     from pathlib import Path
 
     import yaml
 
-    from resid import book
 
     root = Path(__file__).resolve().parents[1]
     site = tmp_path_factory.mktemp("committed-book") / "book"
@@ -67,11 +73,5 @@ def committed_book(tmp_path_factory):
                             or (site / f"{c['file']}.ipynb").exists()]  # fmt: skip
     toc["parts"] = [part for part in toc["parts"] if part["chapters"]]
     (site / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
-    book.results_page(site / "chapters", toc=site / "_toc.yml")
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site), "--warningiserror"],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    render(site)
     return site
