@@ -31,9 +31,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from unittest.mock import patch
 
 from .progress import ENV as PROGRESS_ENV
 
@@ -251,8 +254,7 @@ def run_chapter(
     import papermill
 
     parameters = parameters or {}
-    notebook = jupytext.read(source(name, notebooks))
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook = _source_notebook(name, notebooks)
     out_dir.mkdir(parents=True, exist_ok=True)
     commit, dirty = package_commit()
     record = fingerprint(name, parameters, notebooks) | {
@@ -264,7 +266,7 @@ def run_chapter(
     staged, executed = scratch / "source.ipynb", scratch / f"{name}.ipynb"
     jupytext.write(notebook, staged, fmt="ipynb")
     try:
-        with _echo_progress(enabled=progress), _environment(EXECUTION_ENV, json.dumps(record)):
+        with _echo_progress(progress), patch.dict(os.environ, {EXECUTION_ENV: json.dumps(record)}):
             papermill.execute_notebook(
                 str(staged), str(executed), parameters=parameters, cwd=str(scratch),
                 kernel_name="python3", progress_bar=progress,
@@ -272,6 +274,7 @@ def run_chapter(
     except papermill.PapermillExecutionError as error:
         failed = out_dir / f".{name}.failed.ipynb"
         shutil.move(executed, failed)
+        shutil.rmtree(scratch, ignore_errors=True)
         raise ChapterError(
             f"chapter {name!r} failed in cell {error.exec_count}: {error.ename}: {error.evalue}. "
             f"The executed notebook, with the traceback, is at {failed}"
@@ -312,66 +315,50 @@ def _present(path: Path, record: dict) -> None:
     nbformat.write(notebook, path)
 
 
-class _environment:
-    """``os.environ[key] = value`` for the duration of a ``with`` block (the kernel inherits it)."""
-
-    def __init__(self, key: str, value: str):
-        self.key, self.value, self.before = key, value, os.environ.get(key)
-
-    def __enter__(self) -> None:
-        os.environ[self.key] = self.value
-
-    def __exit__(self, *exc) -> None:
-        if self.before is None:
-            os.environ.pop(self.key, None)
-        else:
-            os.environ[self.key] = self.before
-
-
-class _echo_progress:
+@contextmanager
+def _echo_progress(enabled: bool) -> Iterator[None]:
     """Give the kernel a progress file (``resid.progress``) and copy what it writes to stderr."""
+    if not enabled:
+        yield
+        return
+    fd, path = tempfile.mkstemp(prefix="resid-progress-", suffix=".log")
+    os.close(fd)
+    done = threading.Event()
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def __enter__(self) -> None:
-        if not self.enabled:
-            return
-        fd, self.path = tempfile.mkstemp(prefix="resid-progress-", suffix=".log")
-        os.close(fd)
-        self.env = _environment(PROGRESS_ENV, self.path)
-        self.env.__enter__()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._copy, daemon=True)
-        self.thread.start()
-
-    def _copy(self) -> None:
-        with open(self.path) as f:
+    def copy() -> None:
+        with open(path) as f:
             while True:
-                finished = self.done.wait(0.5)
-                text = f.read()
-                if text:  # a new line first: papermill's cell counter is a bar on this line
+                finished = done.wait(0.5)
+                if text := f.read():  # a new line first: papermill's cell counter is a bar on this line
                     sys.stderr.write("\n" + text)
                     sys.stderr.flush()
                 if finished:
                     return
 
-    def __exit__(self, *exc) -> None:
-        if not self.enabled:
-            return
-        self.done.set()
-        self.thread.join()
-        self.env.__exit__()
-        os.unlink(self.path)
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    try:
+        with patch.dict(os.environ, {PROGRESS_ENV: path}):
+            yield
+    finally:
+        done.set()
+        thread.join()
+        os.unlink(path)
+
+
+def _source_notebook(name: str, notebooks: Path):
+    """A chapter's percent-format source as a notebook with a kernel to run it."""
+    import jupytext
+
+    notebook = jupytext.read(source(name, notebooks))
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return notebook
 
 
 def handout(name: str, notebooks: Path = NOTEBOOKS):
     """A chapter as a student notebook: every cell but the exercises' solutions."""
-    import jupytext
-
-    notebook = jupytext.read(source(name, notebooks))
+    notebook = _source_notebook(name, notebooks)
     notebook.cells = [c for c in notebook.cells if "solution" not in c.metadata.get("tags", [])]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return notebook
 
 
