@@ -51,12 +51,11 @@ def bar(total: int, desc: str, initial: int = 0, show: bool = False) -> tqdm:
     )  # fmt: skip
 
 
-def track(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
+def track(items: Iterable[T], desc: str) -> Iterator[T]:
     """``items`` one by one, announcing each (``desc 3/13: item``) in the runner's terminal."""
-    items = list(items) if total is None else items
-    total = len(items) if total is None else total
+    items = list(items)
     for i, item in enumerate(items, 1):
-        note(f"{desc} {i}/{total}: {_label(item)}")
+        note(f"{desc} {i}/{len(items)}: {_label(item)}")
         yield item
 
 

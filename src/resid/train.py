@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, token_ids, train_val_split
-from .loaders import cache_dir
+from .loaders import cache_dir, check_name
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW
 from .progress import bar as progress_bar
@@ -376,12 +376,8 @@ def config_from_dict(d: dict) -> TrainConfig:
 def load_trained(name: str) -> Transformer:
     """``trained:<preset>`` (trained now if not cached) or the path of a checkpoint."""
     if name.startswith("trained:"):
-        preset = name.removeprefix("trained:")
-        if preset not in PRESETS:
-            from .loaders import UnknownModelError
-
-            raise UnknownModelError(f"unknown trained preset {preset!r}; choose one of {sorted(PRESETS)}")
-        return train(PRESETS[preset]).model
+        check_name(name)  # an unknown preset is one line, before anything trains
+        return train(PRESETS[name.removeprefix("trained:")]).model
     state = torch.load(name, weights_only=False)
     model = Transformer(config_from_dict(state["config"]).model)
     model.load_state_dict(state["model"])
