@@ -61,7 +61,6 @@ def committed_book(tmp_path_factory):
 
     import yaml
 
-
     root = Path(__file__).resolve().parents[1]
     site = tmp_path_factory.mktemp("committed-book") / "book"
     shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", ".*", "results.md"))

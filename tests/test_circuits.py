@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from resid import attribution, heads, patching
+from resid import attribution, circuits, heads, patching
+from resid.behaviours import ContrastSet
 from resid.model import Config, Transformer
 from resid.train import PRESETS, train
 
@@ -56,6 +57,31 @@ def test_graph_forward_is_the_forward_pass_and_all_corrupted_is_the_corrupted_ru
         model, clean, torch.zeros(graph.allowed.shape, dtype=torch.double), corrupted
     )
     torch.testing.assert_close(logits, model(corrupt)[:, -1])
+
+
+def test_split_query_key_value_edges_add_up_to_the_head_edge(model):
+    clean, corrupt = prompts(0), prompts(1)
+    graph, split = patching.Graph.of(model), patching.Graph.of(model, split_qkv=True)
+    assert len(split.downstream) == len(graph.downstream) + 2 * model.cfg.n_layers * model.cfg.n_heads
+    logits, _, _ = patching.graph_forward(model, clean, torch.ones(split.allowed.shape), split_qkv=True)
+    torch.testing.assert_close(logits, model(clean)[:, -1])
+    corrupted = patching.corrupted_outputs(model, corrupt)
+    # the edge embed -> L1H2 corrupted whole, and as its three parts
+    whole = graph.allowed.double()
+    whole[0, graph.downstream.index("L1H2")] = 0
+    parts = split.allowed.double()
+    for part in "qkv":
+        parts[0, split.downstream.index(f"L1H2.{part}")] = 0
+    torch.testing.assert_close(
+        patching.graph_forward(model, clean, parts, corrupted, split_qkv=True)[0],
+        patching.graph_forward(model, clean, whole, corrupted)[0],
+    )
+    metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    through_query = patching.path_patching(model, clean, corrupted, metric, ["embed", "L0H1"], ["L1H2.q"])
+    through_head = patching.path_patching(model, clean, corrupted, metric, ["embed", "L0H1"], ["L1H2"])
+    assert through_query.shape == (2,) and not torch.allclose(through_query, through_head)
+    with pytest.raises(ValueError, match="no node"):
+        patching.path_patching(model, clean, corrupted, metric, ["embed"], ["L1H9.q"])
 
 
 def test_patching_the_clean_activation_changes_nothing(model):
@@ -114,6 +140,29 @@ def test_integrated_gradients_are_complete(model):
     assert frame["occlusion"].iloc[:-1].notna().all() and frame["gradient norm"].gt(0).all()
 
 
+def test_smoothgrad_without_noise_is_the_gradient_norm(model):
+    tokens = prompts(0, n=1)[0]
+    frame, _ = attribution.input_attributions(model, tokens, target=7, foil=9, ig_steps=4)
+    plain = attribution.smoothgrad(model, tokens, 7, 9, n_samples=2, noise=0.0)
+    torch.testing.assert_close(plain, torch.tensor(frame["gradient norm"].tolist(), dtype=plain.dtype))
+    noisy = attribution.smoothgrad(model, tokens, 7, 9, n_samples=8, noise=0.5)
+    assert noisy.shape == plain.shape and not torch.allclose(noisy, plain)
+
+
+def test_value_weighted_attention_is_the_pattern_times_the_moved_norm_for_one_head():
+    model = random_model(Config(n_ctx=16, d_model=32, n_layers=2, n_heads=1, d_mlp=64, bias=True))
+    tokens = prompts(0)
+    maps = attribution.value_weighted_attention(model, tokens)  # [layer, batch, query, key]
+    _, cache = model.run_with_cache(tokens, ["blocks.1.attn.hook_pattern", "blocks.1.attn.hook_v"])
+    attn = model.blocks[1].attn
+    moved = attn.head_results(cache["blocks.1.attn.hook_v"])[:, :, 0].norm(dim=-1)  # [batch, key]
+    expected = cache["blocks.1.attn.hook_pattern"][:, 0] * moved[:, None, :]
+    torch.testing.assert_close(maps[1], expected.float())
+    rollout = attribution.attention_rollout(maps)
+    torch.testing.assert_close(rollout.sum(-1), torch.ones(3, 8))  # shares of each position sum to one
+    assert torch.all(rollout.triu(1) == 0)  # causal: nothing comes from later positions
+
+
 def test_direct_logit_attributions_sum_to_the_logit(model):
     tokens = prompts(0)
     frame, check = attribution.direct_logit_attribution(
@@ -137,6 +186,10 @@ def test_eap_equals_exact_patching_where_the_metric_is_linear_in_the_edge():
     into_logits = [(u, len(graph.downstream) - 1) for u in range(len(graph.upstream))]
     exact, _ = patching.edge_patching(model, clean, corrupt, metric, into_logits)
     torch.testing.assert_close(scores[:, -1], exact.float(), rtol=1e-5, atol=1e-6)
+    # EAP-IG averages gradients along a line of inputs; into the logits they are all the same
+    integrated, _ = patching.edge_attribution_patching(model, clean, corrupt, metric, ig_steps=3)
+    torch.testing.assert_close(integrated[:, -1], scores[:, -1], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(integrated[:, :-1], scores[:, :-1])
     into_heads = [(0, 0), (1, model.cfg.n_heads)]  # nonlinear there: EAP is only an estimate
     assert not torch.allclose(
         scores[tuple(zip(*into_heads, strict=True))],
@@ -152,6 +205,10 @@ def test_acdc_keeps_everything_at_zero_threshold_and_nothing_at_infinity():
     assert torch.equal(kept, allowed) and passes == int(allowed.sum())
     kept, _, _ = patching.acdc(model, clean, corrupt, threshold=float("inf"))
     assert not kept.any()
+    into_logits = torch.zeros_like(allowed)
+    into_logits[:, -1] = True
+    kept, _, passes = patching.acdc(model, clean, corrupt, threshold=-1.0, candidates=into_logits)
+    assert torch.equal(kept, allowed & into_logits) and passes == int((allowed & into_logits).sum())
 
 
 def test_induction_heads_form_in_a_two_layer_attention_only_model(tmp_path):
@@ -182,3 +239,85 @@ def test_circuits_and_scores_have_the_right_shapes_and_meaning():
     table = heads.bigram_log_probs(stream, 5, rows=torch.tensor([1, 2]), smoothing=0.0)
     assert table[0, 2].exp().item() == pytest.approx(2 / 3) and table[1, 1].exp().item() == pytest.approx(1.0)
     assert heads.direct_path_logits(model, ids).shape == (20, 256)
+
+
+def synthetic_ioi(n: int = 6, seed: int = 0) -> ContrastSet:
+    """Random token prompts with IOI-like marked positions: enough to check the bookkeeping."""
+    tokens = prompts(seed, n=n)
+    positions = {"IO": torch.full((n,), 1), "S1": torch.full((n,), 2), "S1+1": torch.full((n,), 3)}
+    positions |= {"S2": torch.full((n,), 5), "end": torch.full((n,), 7)}
+    return ContrastSet(
+        text=[""] * n,
+        tokens=tokens,
+        answers=tokens[:, 1],
+        foils=tokens[:, 2],
+        counterfactual=prompts(seed + 1, n=n),
+        corruptions={"abc": prompts(seed + 2, n=n)},
+        positions=positions,
+        group=torch.arange(n) % 3,
+    )
+
+
+def test_the_whole_model_as_a_circuit_is_faithful_and_complete(model):
+    ioi = synthetic_ioi()
+    means = circuits.head_means(model, ioi.corruptions["abc"])
+    everything = circuits.all_heads(model)
+    result = circuits.faithfulness(model, ioi, everything, means)
+    assert result["faithfulness"] == pytest.approx(1.0) and result["low"] == pytest.approx(1.0)
+    table = circuits.completeness(model, ioi, everything, means, {"first two": everything[:2]})
+    assert table.gap.abs().max() < 1e-9
+    # an empty circuit is the model with every head mean-ablated
+    none = circuits.faithfulness(model, ioi, [], means)
+    expected = circuits.ablated_logit_diff(model, ioi, everything, means).mean().item()
+    assert none["circuit"] == pytest.approx(expected)
+    minimal = circuits.minimality(model, ioi, everything[:3], means)
+    assert (
+        len(minimal) == 3
+        and (minimal.low <= minimal["drop"]).all()
+        and (minimal["drop"] <= minimal.high).all()
+    )
+
+
+def test_mean_ablation_with_the_prompts_own_mean_of_identical_prompts_changes_nothing(model):
+    ioi = synthetic_ioi().subset(torch.zeros(4, dtype=torch.long))  # one prompt, four times
+    means = circuits.head_means(model, ioi.tokens)
+    full = circuits.ablated_logit_diff(model, ioi, [], means)
+    torch.testing.assert_close(
+        circuits.ablated_logit_diff(model, ioi, circuits.all_heads(model), means), full
+    )
+
+
+def test_role_evidence_reads_the_marked_positions(model):
+    ioi = synthetic_ioi()
+    table = circuits.ioi_attention(model, ioi)
+    patterns = heads.attention_patterns(model, ioi.tokens)  # [layer, batch, head, query, key]
+    row = table[table["head"] == "L1H2"].iloc[0]
+    assert row["end→IO"] == pytest.approx(patterns[1, :, 2, 7, 1].mean().item())
+    assert row["S2→S1+1"] == pytest.approx(patterns[1, :, 2, 5, 3].mean().item())
+    means = circuits.head_means(model, ioi.corruptions["abc"])
+    direct = circuits.head_logit_attributions(model, ioi)
+    assert direct.shape == (6, model.cfg.n_layers, model.cfg.n_heads)
+    frame, totals = circuits.backup_heads(model, ioi, [(1, 0), (1, 3)], means)
+    assert totals["direct effect of the ablated heads"] == pytest.approx(
+        direct[:, 1, [0, 3]].sum(1).mean().item()
+    )
+    nothing, _ = circuits.backup_heads(model, ioi, [], means)
+    assert nothing.change.abs().max() < 1e-9
+
+
+def test_prompt_sets_split_by_template_without_overlap():
+    ioi = synthetic_ioi(n=9)
+    discovery, held_out = ioi.split(0.34, by_group=True)
+    assert set(discovery.group.tolist()).isdisjoint(held_out.group.tolist())
+    assert len(discovery) + len(held_out) == 9 and held_out.positions["S2"].shape == (len(held_out),)
+    with pytest.raises(ValueError):
+        ioi.split(1.5)
+
+
+def test_head_pruning_keeps_all_at_a_negative_threshold_and_none_at_infinity(model):
+    ioi = synthetic_ioi()
+    means = circuits.head_means(model, ioi.corruptions["abc"])
+    kept, passes = circuits.prune_heads(model, ioi, means, threshold=-1.0)
+    assert kept == circuits.all_heads(model) and passes == len(kept)
+    kept, _ = circuits.prune_heads(model, ioi, means, threshold=float("inf"))
+    assert kept == []

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from resid.model import Config, Transformer, fold_norm_gains, rotate_residual
+from resid.model import Config, Transformer, fold_norm_gains, rotate_residual, write
 from resid.stats import haar_rotation
 
 
@@ -46,6 +46,55 @@ def test_manual_layer_by_layer_forward_equals_model():
     for block in model.blocks:
         x = block(x, rope, mask)
     torch.testing.assert_close(model.head(x), model(TOKENS), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm": "rmsnorm", "positional": "rotary", "n_kv_heads": 2, "bias": True},
+        {"norm": "basisfree", "rotation": "independent"},
+    ],
+    ids=["layernorm", "gqa-rotary-bias", "rotated"],
+)
+def test_attention_by_head_sums_to_the_attention_output_and_takes_an_input_per_head(overrides):
+    model = tiny(**overrides)
+    block, name = model.blocks[1], "blocks.1.hook_resid_pre"
+    _, cache = model.run_with_cache(TOKENS, [name, "blocks.1.hook_attn_out"])
+    rope, _ = model.context(TOKENS.shape[1])
+    x = cache[name]
+    by_head = block.attention_by_head(x, rope)  # [batch, pos, head, d_model]
+    bias = 0 if block.attn.W_O.bias is None else write(block.attn.W_O.bias, block.R_attn_out)
+    torch.testing.assert_close(by_head.sum(2) + bias, cache["blocks.1.hook_attn_out"], rtol=1e-5, atol=1e-6)
+    # the same residual given to each head separately is the shared input
+    per_head = x.unsqueeze(2).repeat(1, 1, 4, 1)
+    torch.testing.assert_close(block.attention_by_head(per_head, rope), by_head, rtol=1e-5, atol=1e-6)
+    # a head reads only its own input: changing head 2's leaves the others' writes alone
+    changed = per_head.clone()
+    changed[:, :, 2] = torch.randn_like(changed[:, :, 2])
+    moved = block.attention_by_head(changed, rope)
+    torch.testing.assert_close(moved[:, :, [0, 1, 3]], by_head[:, :, [0, 1, 3]], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(moved[:, :, 2], by_head[:, :, 2])
+    # queries from one stream, keys and values from another
+    other = torch.randn_like(x)
+    mixed = block.attention_by_head(x, rope, key_input=other, value_input=other)
+    assert not torch.allclose(mixed, by_head)
+    torch.testing.assert_close(block.attention_by_head(x, rope, key_input=x, value_input=x), by_head)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_norm_scale_hook_reads_and_freezes_the_scale(norm):
+    model = tiny(norm=norm, bias=True)
+    logits, cache = model.run_with_cache(TOKENS, ["ln_final.hook_scale", "blocks.1.hook_resid_post"])
+    scale = cache["ln_final.hook_scale"]
+    assert scale.shape == (2, 16, 1)
+    torch.testing.assert_close(model(TOKENS), logits, rtol=1e-5, atol=1e-5)  # hooked or not, the same
+    # frozen at the residual's own scale, the norm is linear: halves map to halves
+    resid = cache["blocks.1.hook_resid_post"]
+    ln = model.ln_final
+    parts = ln.linear(resid / 3, scale) + ln.linear(2 * resid / 3, scale)
+    bias = 0 if ln.bias is None else ln.bias
+    torch.testing.assert_close(parts + bias, ln(resid), rtol=1e-5, atol=1e-5)
 
 
 def test_pattern_path_equals_fused_attention():

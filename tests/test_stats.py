@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from resid import stats
@@ -71,3 +72,24 @@ def test_the_rotation_control_is_not_a_models_own_rotation():
     residual = heavy @ stats.haar_rotation(64, seed=0).T
     assert stats.rotated_kurtosis(residual, 1, seed=0)[0] > 10  # the same seed undoes it
     assert abs(stats.rotated_kurtosis(residual, 4, seed=experiments.CONTROL_SEED)[0] - 3) < 0.3
+
+
+def test_bootstrap_interval_covers_the_mean_and_shrinks_with_more_prompts():
+    generator = torch.Generator().manual_seed(0)
+    few, many = torch.randn(20, 3, generator=generator) + 1, torch.randn(2000, 3, generator=generator) + 1
+    mean, low, high = stats.bootstrap(few)
+    assert mean.shape == (3,) and torch.all(low < mean) and torch.all(mean < high)
+    _, low_many, high_many = stats.bootstrap(many)
+    assert torch.all(high_many - low_many < (high - low) / 4)  # width falls like 1/sqrt(n)
+    assert torch.all((low_many < 1) & (1 < high_many))
+    # constant values have no spread
+    _, low_c, high_c = stats.bootstrap(torch.full((10, 2), 3.0))
+    torch.testing.assert_close(low_c, high_c)
+
+
+def test_t_interval_matches_the_textbook_formula():
+    mean, low, high = stats.t_interval([1.0, 2.0, 3.0])
+    # t(0.975, 2 df) = 4.303; sd = 1; half-width 4.303 / sqrt(3)
+    assert mean == 2.0 and abs((high - low) / 2 - 4.3027 / 3**0.5) < 1e-3
+    with pytest.raises(ValueError):
+        stats.t_interval([1.0])

@@ -103,6 +103,66 @@ def input_attributions(
     return frame, completeness
 
 
+def smoothgrad(
+    model: Transformer,
+    tokens: Tensor,
+    target: int,
+    foil: int | None = None,
+    n_samples: int = 32,
+    noise: float = 0.15,
+    seed: int = 0,
+) -> Tensor:
+    """SmoothGrad (Smilkov et al. 2017): the gradient norm of each input token, averaged over
+    ``n_samples`` copies of the input embeddings with Gaussian noise of ``noise`` times their
+    standard deviation added. ``[pos]``; the plain gradient's noise averages out."""
+    tokens = tokens.reshape(1, -1)
+    score = prediction_score(model, tokens, target, foil)
+    with torch.no_grad():
+        embeddings = model.embed_tokens(tokens)
+    generator = torch.Generator().manual_seed(seed)
+    noisy = embeddings + torch.randn((n_samples, *embeddings.shape[1:]), generator=generator).to(
+        embeddings
+    ) * (noise * embeddings.std())
+    noisy.requires_grad_()
+    (gradient,) = torch.autograd.grad(score(noisy).sum(), noisy)
+    return gradient.norm(dim=-1).mean(0).detach()
+
+
+@torch.no_grad()
+def value_weighted_attention(model: Transformer, tokens: Tensor) -> Tensor:
+    """Attention weighted by what it moves (Kobayashi et al. 2020): for every layer, how much
+    of what position ``k`` holds reaches position ``q`` through attention, as the norm of
+    ``sum_h pattern_h[q, k] * f_h(x_k)``, where ``f_h`` is head h's value and output map.
+    ``[layer, batch, query, key]``. Unlike the raw pattern, a head that attends to a token
+    whose value vector is near zero (an attention sink) scores near zero."""
+    cfg = model.cfg
+    names = [f"blocks.{i}.attn.{hook}" for i in range(cfg.n_layers) for hook in ("hook_pattern", "hook_v")]
+    _, cache = model.run_with_cache(tokens, names)
+    maps = []
+    for layer, block in enumerate(model.blocks):
+        v = cache[f"blocks.{layer}.attn.hook_v"]  # [batch, key, kv_head, d_head]
+        v = v.repeat_interleave(cfg.n_heads // v.shape[2], dim=2)
+        moved = write(block.attn.head_results(v), block.R_attn_out)  # [batch, key, head, d_model]
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]  # [batch, head, query, key]
+        mixed = torch.einsum("bhqk,bkhd->bqkd", pattern, moved)
+        maps.append(mixed.float().norm(dim=-1))
+    return torch.stack(maps)
+
+
+def attention_rollout(maps: Tensor) -> Tensor:
+    """Abnar & Zuidema's rollout of per-layer maps ``[layer, batch, query, key]``: each row
+    normalised to sum to one with the residual connection counted as an equal share of
+    attention to itself, then composed over layers. ``[batch, query, key]``: how much of each
+    input position reaches each position by the end."""
+    n = maps.shape[-1]
+    identity = torch.eye(n, dtype=maps.dtype)
+    total = identity.expand(maps.shape[1], n, n)
+    for layer_map in maps:
+        rows = layer_map / layer_map.sum(-1, keepdim=True).clamp_min(1e-12)
+        total = (0.5 * rows + 0.5 * identity) @ total
+    return total
+
+
 # --- direct logit attribution and the logit lens ---
 
 
@@ -123,8 +183,7 @@ def residual_components(model: Transformer, tokens: Tensor, position: int = -1) 
     labels, parts = ["embed"], [cache["hook_embed"][:, position]]
     for layer, block in enumerate(model.blocks):
         z = cache[f"blocks.{layer}.attn.hook_z"][:, position]  # [batch, head, d_head]
-        w_o = block.attn.W_O.weight.view(cfg.d_model, cfg.n_heads, cfg.head_dim)
-        heads = write(torch.einsum("bhe,dhe->hbd", z, w_o), block.R_attn_out)
+        heads = write(block.attn.head_results(z), block.R_attn_out).transpose(0, 1)  # [head, batch, d]
         labels += [f"L{layer}H{h}" for h in range(cfg.n_heads)]
         parts += list(heads)
         if block.attn.W_O.bias is not None:
@@ -140,19 +199,27 @@ def frozen_final_norm(model: Transformer, final_resid: Tensor) -> Callable[[Tens
     """The final norm as a linear map, its scale frozen at ``final_resid``'s: applied to each
     component, the images sum to the normalised residual (minus the norm's bias)."""
     norm = model.ln_final
-    x = final_resid.float()
-    if norm.kind == "layernorm":
-        scale = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + norm.eps)
-    else:
-        scale = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps)
+    scale = norm.scale(final_resid)
+    return lambda component: norm.linear(component, scale).float()
 
-    def apply(component: Tensor) -> Tensor:
-        c = component.float()
-        if norm.kind == "layernorm":
-            c = c - c.mean(-1, keepdim=True)
-        return c / scale * norm.weight.float()
 
-    return apply
+@torch.no_grad()
+def component_attributions(
+    model: Transformer, tokens: Tensor, targets: Tensor, foils: Tensor | None = None
+) -> tuple[list[str], Tensor, Tensor]:
+    """Each component's direct contribution to the last position's logit of ``targets[b]``
+    (minus ``foils[b]``), per prompt: labels, ``[component, batch]``, and the final norm's
+    bias term ``[batch]`` (zero without a bias), which together sum to the logit (difference)."""
+    labels, parts = residual_components(model, tokens)
+    norm = frozen_final_norm(model, parts.sum(0))
+    unembed = model.unembed.weight.float()
+    direction = unembed[targets] - (0 if foils is None else unembed[foils])  # [batch, d]
+    contributions = torch.einsum("cbd,bd->cb", read(norm(parts), model.R_unembed), direction)
+    bias = model.ln_final.bias
+    bias_term = torch.zeros(len(targets), device=direction.device)
+    if bias is not None:
+        bias_term = (read(bias.float(), model.R_unembed) * direction).sum(-1)
+    return labels, contributions, bias_term
 
 
 @torch.no_grad()
@@ -162,15 +229,7 @@ def direct_logit_attribution(
     """Each component's direct contribution to the last position's logit of ``targets[b]``
     (minus ``foils[b]``), averaged over the batch; and a check that the contributions, with the
     final norm's bias, sum to the model's own logit (difference)."""
-    labels, parts = residual_components(model, tokens)
-    norm = frozen_final_norm(model, parts.sum(0))
-    unembed = model.unembed.weight.float()
-    direction = unembed[targets] - (0 if foils is None else unembed[foils])  # [batch, d]
-    contributions = torch.einsum("cbd,bd->cb", read(norm(parts), model.R_unembed), direction)
-    bias = model.ln_final.bias
-    bias_term = torch.zeros(len(targets), device=direction.device)
-    if bias is not None:
-        bias_term = read(bias.float(), model.R_unembed) @ direction.T
+    labels, contributions, bias_term = component_attributions(model, tokens, targets, foils)
     logits = model(tokens)[:, -1].float()
     actual = logits.gather(1, targets[:, None])[:, 0] - (
         0 if foils is None else logits.gather(1, foils[:, None])[:, 0]

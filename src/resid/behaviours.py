@@ -4,7 +4,7 @@ what a model must get right before its circuits are worth finding."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -74,6 +74,27 @@ IOI_TEMPLATES = [
     "Then {A} and {B} walked to the {place}, and {B} gave a {object} to",
     "Once {A} and {B} got to the {place}, {B} passed a {object} to",
 ]
+# The circuit section's wider set: five of the six above (not "Then ..., and", a token longer)
+# and twelve more of the same shape and, with SmolLM2's tokenizer, the same token length, so
+# that prompts batch without padding and a circuit can be tested on templates it was not found on.
+IOI_TEMPLATES_EXTENDED = (
+    IOI_TEMPLATES[:4]
+    + IOI_TEMPLATES[5:]
+    + [
+        "As {A} and {B} were leaving the {place}, {B} threw a {object} to",
+        "Before {A} and {B} left for the {place}, {B} sent a {object} to",
+        "When {A} and {B} met at the {place}, {B} showed a {object} to",
+        "After {A} and {B} talked at the {place}, {B} sold a {object} to",
+        "Since {A} and {B} were at the {place}, {B} brought a {object} to",
+        "When {A} and {B} stopped at the {place}, {B} lent a {object} to",
+        "After {A} and {B} arrived at the {place}, {B} offered a {object} to",
+        "When {A} and {B} were in the {place}, {B} gave a {object} to",
+        "After {A} and {B} argued at the {place}, {B} returned the {object} to",
+        "When {A} and {B} came to the {place}, {B} handed a {object} to",
+        "While {A} and {B} sat in the {place}, {B} passed a {object} to",
+        "After {A} and {B} ate at the {place}, {B} gave a {object} to",
+    ]
+)
 CAPITALS = {
     "France": "Paris",
     "Germany": "Berlin",
@@ -130,16 +151,61 @@ CAPITALS = {
 @dataclass
 class ContrastSet:
     """Prompts of one token length with the answer and a foil token each, and their
-    counterfactual twins (same length) whose answer is the foil."""
+    counterfactual twins (same length) whose answer is the foil.
+
+    ``corruptions`` holds further counterfactual sets of the same shape (for IOI, ``"abc"``:
+    three distinct names, which carry no IOI signal at all); ``positions`` names token
+    positions per prompt (for IOI: ``"IO"``, ``"S1"``, ``"S1+1"``, ``"S2"``, ``"end"``);
+    ``group`` says which template each prompt came from.
+    """
 
     text: list[str]
     tokens: Tensor  # [n, pos]
     answers: Tensor  # [n]
     foils: Tensor  # [n]
     counterfactual: Tensor  # [n, pos]
+    corruptions: dict[str, Tensor] = field(default_factory=dict)  # name -> [n, pos]
+    positions: dict[str, Tensor] = field(default_factory=dict)  # name -> [n]
+    group: Tensor | None = None  # [n]
 
     def __len__(self) -> int:
         return len(self.text)
+
+    def subset(self, index: Tensor) -> ContrastSet:
+        """The prompts at ``index`` (a tensor of indices), every field cut alike."""
+        return ContrastSet(
+            text=[self.text[i] for i in index.tolist()],
+            tokens=self.tokens[index],
+            answers=self.answers[index],
+            foils=self.foils[index],
+            counterfactual=self.counterfactual[index],
+            corruptions={k: v[index] for k, v in self.corruptions.items()},
+            positions={k: v[index] for k, v in self.positions.items()},
+            group=None if self.group is None else self.group[index],
+        )
+
+    def split(
+        self, held_out: float = 0.5, seed: int = 0, by_group: bool = False
+    ) -> tuple[ContrastSet, ContrastSet]:
+        """A discovery set and a held-out set. ``by_group`` holds out whole templates, so that
+        what was found on some sentences is tested on sentences it never saw."""
+        if not 0 < held_out < 1:
+            raise ValueError(f"held_out={held_out}; choose a fraction between 0 and 1")
+        generator = torch.Generator().manual_seed(seed)
+        if by_group:
+            if self.group is None:
+                raise ValueError("this prompt set has no groups to split by")
+            groups = self.group.unique()
+            shuffled = groups[torch.randperm(len(groups), generator=generator)]
+            n_out = max(1, round(held_out * len(groups)))
+            is_out = torch.isin(self.group, shuffled[:n_out])
+        else:
+            order = torch.randperm(len(self), generator=generator)
+            is_out = torch.zeros(len(self), dtype=torch.bool)
+            is_out[order[: max(1, round(held_out * len(self)))]] = True
+        if is_out.all() or not is_out.any():
+            raise ValueError("the split leaves one side empty; change held_out")
+        return self.subset((~is_out).nonzero()[:, 0]), self.subset(is_out.nonzero()[:, 0])
 
 
 def single_token_words(tokenizer, words: list[str]) -> list[str]:
@@ -155,44 +221,66 @@ def bos_prefix(tokenizer) -> list[int]:
     return [] if bos is None else [bos]
 
 
-def ioi_prompts(tokenizer, n: int = 120, seed: int = 0) -> ContrastSet:
+def ioi_prompts(tokenizer, n: int = 120, seed: int = 0, templates: list[str] = IOI_TEMPLATES) -> ContrastSet:
     """Indirect-object identification (Wang et al. 2023): "When Mary and John went to the store,
-    John gave a drink to" -> " Mary" (the indirect object), foil " John" (the subject).
+    John gave a drink to" -> " Mary" (the indirect object, IO), foil " John" (the subject, S).
 
-    The counterfactual swaps which name is repeated, so its answer is the other name. Names,
+    The counterfactual swaps which name is repeated, so its answer is the other name; the
+    ``"abc"`` corruption names a third person instead, so neither name is repeated. Names,
     places and objects are single tokens; the prompts are kept to the most common token length
-    (the templates differ in length) so that they batch without padding. The two name orders
+    (templates can differ in length) so that they batch without padding. The two name orders
     (ABB, BAB) are balanced. Token ids start with the tokenizer's BOS token, if any.
+    ``positions`` locates IO, S1 (the subject's first mention), S1+1, S2 and the end.
     """
     names, places = single_token_words(tokenizer, NAMES), single_token_words(tokenizer, PLACES)
     objects = single_token_words(tokenizer, OBJECTS)
-    rng = random.Random(seed)
+    rng, third_names = random.Random(seed), random.Random(seed + 1)  # the second keeps the first's draws
     rows = []
     for i in range(n * 3):
-        template = IOI_TEMPLATES[i % len(IOI_TEMPLATES)]
+        template = i % len(templates)
         io, subject = rng.sample(names, 2)
         first, second = (io, subject) if i % 2 == 0 else (subject, io)
         fill = {"place": rng.choice(places), "object": rng.choice(objects)}
+        third = third_names.choice([name for name in names if name not in (io, subject)])
         # after the comma the subject is named again; the counterfactual names the other one
-        text = _repeat_name(template, first, second, subject, fill)
-        counter = _repeat_name(template, first, second, io, fill)
-        rows.append((text, counter, io, subject))
+        texts = [_repeat_name(templates[template], first, second, r, fill) for r in (subject, io, third)]
+        rows.append((texts, io, subject, template))
     bos = bos_prefix(tokenizer)
-    encoded = [(bos + tokenizer.encode(t), bos + tokenizer.encode(c), a, f) for t, c, a, f in rows]
-    lengths = [len(t) for t, c, _, _ in encoded if len(t) == len(c)]
+    encoded = [[bos + tokenizer.encode(t) for t in texts] for texts, *_ in rows]
+    lengths = [len(e[0]) for e in encoded if len({len(x) for x in e}) == 1]
     common = max(set(lengths), key=lengths.count)
-    keep = [
-        (r, e) for r, e in zip(rows, encoded, strict=True) if len(e[0]) == common and len(e[1]) == common
-    ][:n]
+    keep = [(r, e) for r, e in zip(rows, encoded, strict=True) if {len(x) for x in e} == {common}][:n]
     if len(keep) < n:
         raise ValueError(f"only {len(keep)} IOI prompts share a token length; ask for fewer")
+    answers = torch.tensor([tokenizer.encode(" " + r[1])[0] for r, _ in keep])
+    foils = torch.tensor([tokenizer.encode(" " + r[2])[0] for r, _ in keep])
+    tokens = torch.tensor([e[0] for _, e in keep])
     return ContrastSet(
-        text=[r[0] for r, _ in keep],
-        tokens=torch.tensor([e[0] for _, e in keep]),
-        answers=torch.tensor([tokenizer.encode(" " + r[2])[0] for r, _ in keep]),
-        foils=torch.tensor([tokenizer.encode(" " + r[3])[0] for r, _ in keep]),
+        text=[r[0][0] for r, _ in keep],
+        tokens=tokens,
+        answers=answers,
+        foils=foils,
         counterfactual=torch.tensor([e[1] for _, e in keep]),
+        corruptions={"abc": torch.tensor([e[2] for _, e in keep])},
+        positions=_ioi_positions(tokens, answers, foils),
+        group=torch.tensor([r[3] for r, _ in keep]),
     )
+
+
+def _ioi_positions(tokens: Tensor, io: Tensor, subject: Tensor) -> dict[str, Tensor]:
+    """Where IO, S1, S1+1, S2 and the end sit in each prompt: ``{name: [n]}``."""
+    columns = torch.arange(tokens.shape[1])
+    is_io, is_s = tokens == io[:, None], tokens == subject[:, None]
+    if not (is_io.sum(1) == 1).all() or not (is_s.sum(1) == 2).all():
+        raise ValueError("an IOI prompt should name the indirect object once and the subject twice")
+    s1 = torch.where(is_s, columns, tokens.shape[1]).min(1).values
+    return {
+        "IO": torch.where(is_io, columns, 0).max(1).values,
+        "S1": s1,
+        "S1+1": s1 + 1,
+        "S2": torch.where(is_s, columns, -1).max(1).values,
+        "end": torch.full_like(s1, tokens.shape[1] - 1),
+    }
 
 
 def _repeat_name(template: str, first: str, second: str, repeated: str, fill: dict) -> str:

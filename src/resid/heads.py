@@ -97,24 +97,13 @@ def _read_embeddings(model: Transformer, layer: int, token_ids: Tensor) -> Tenso
     return read(block.ln1(model.embed.weight[token_ids]), block.R_attn_in)
 
 
-def _unembed_direction(model: Transformer, x: Tensor) -> Tensor:
-    """Logits of a residual-stream vector with the final norm's gain but not its scale: the
-    linear part of the unembedding that a head's write goes through."""
-    norm = model.ln_final
-    if norm is not None:
-        if norm.kind == "layernorm":
-            x = x - x.mean(-1, keepdim=True)
-        x = x * norm.weight
-    return model.unembed(read(x, model.R_unembed))
-
-
 @torch.no_grad()
 def ov_circuit(model: Transformer, layer: int, head: int, token_ids: Tensor) -> Tensor:
     """The full OV circuit ``W_E W_OV W_U`` restricted to ``token_ids``: entry [i, j] is how much
     attending to token i raises the logit of token j. ``[n, n]``."""
     _, _, w_v, w_o = _head_slices(model, layer, head)
     written = write(_read_embeddings(model, layer, token_ids) @ w_v.T @ w_o.T, model.blocks[layer].R_attn_out)
-    return _unembed_direction(model, written)[:, token_ids].float()
+    return model.direction_logits(written)[:, token_ids].float()
 
 
 @torch.no_grad()
@@ -172,10 +161,9 @@ def attended_token_effect(model: Transformer, tokens: Tensor, layer: int, head: 
         return z
 
     ablated = model.run_with_hooks(tokens, [(name_z, ablate)])
-    _, _, _, w_o = _head_slices(model, layer, head)
-    direct = _unembed_direction(
-        model, write(cache[name_z][:, :, head] @ w_o.T, model.blocks[layer].R_attn_out)
-    )
+    block = model.blocks[layer]
+    written = write(block.attn.head_results(cache[name_z])[:, :, head], block.R_attn_out)
+    direct = model.direction_logits(written)
     pick = attended.unsqueeze(-1)
     return {
         "direct effect on attended token": direct.gather(-1, pick).squeeze(-1)[keep].float().mean().item(),

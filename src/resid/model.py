@@ -97,16 +97,41 @@ class Norm(nn.Module):
         self.weight = nn.Parameter(torch.ones(1 if cfg.norm == "basisfree" else cfg.d_model))
         has_bias = cfg.norm == "layernorm" and cfg.bias
         self.bias = nn.Parameter(torch.zeros(cfg.d_model)) if has_bias else None
+        self.hook_scale = HookPoint()  # [..., 1]: the divisor, sqrt(variance or mean square + eps)
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.kind == "layernorm":
+        if self.hook_scale.has_hooks():  # spelled out, so that a hook can read or freeze the scale
+            out = self.linear(x, self.hook_scale(self.scale(x)))
+            out = out if self.bias is None else out + self.bias
+        elif self.kind == "layernorm":
             out = F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
         else:
-            wide = x.to(torch.promote_types(x.dtype, torch.float32))  # fp16/bf16 inputs normalise in fp32
+            wide = _wide(x)  # fp16/bf16 inputs normalise in fp32
             out = (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
             out = out * self.weight
         return self.hook_normalized(out)
+
+    def scale(self, x: Tensor) -> Tensor:
+        """What the norm divides by at each position: ``[..., d_model] -> [..., 1]``, in fp32."""
+        wide = _wide(x)
+        if self.kind == "layernorm":
+            wide = wide - wide.mean(-1, keepdim=True)
+        return torch.sqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def linear(self, x: Tensor, scale: Tensor | float) -> Tensor:
+        """The norm with its scale given rather than measured, which makes it linear in ``x``
+        (the bias is left out). With ``scale`` frozen at a residual's own, the images of its
+        components sum to the normalised residual minus the bias: the direct logit attribution's
+        decomposition. ``scale=1`` leaves the gain (and LayerNorm's centring) alone."""
+        wide = _wide(x)
+        if self.kind == "layernorm":
+            wide = wide - wide.mean(-1, keepdim=True)
+        return (wide / scale).to(x.dtype) * self.weight
+
+
+def _wide(x: Tensor) -> Tensor:
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def rotary_tables(cfg: Config, n_positions: int) -> tuple[Tensor, Tensor]:
@@ -139,27 +164,74 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # each head's output before W_O: [batch, pos, head, d_head]
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor | None) -> Tensor:
-        cfg, (b, t, _) = self.cfg, x.shape
-        q = self.hook_q(self.W_Q(x).view(b, t, cfg.n_heads, cfg.head_dim))
-        k = self.hook_k(self.W_K(x).view(b, t, cfg.kv_heads, cfg.head_dim))
-        v = self.hook_v(self.W_V(x).view(b, t, cfg.kv_heads, cfg.head_dim))
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None,
+        key_input: Tensor | None = None,
+        value_input: Tensor | None = None,
+    ) -> Tensor:
+        z = self.attend(x, rope, mask, key_input, value_input)
+        return self.W_O(z.flatten(2))  # [batch, pos, head * d_head] -> [batch, pos, d_model]
+
+    def attend(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None,
+        key_input: Tensor | None = None,
+        value_input: Tensor | None = None,
+    ) -> Tensor:
+        """Every head's output before ``W_O``: ``[batch, pos, head, d_head]``.
+
+        Queries are read from ``x``, keys and values from ``key_input`` and ``value_input``
+        (default: ``x``). Each is ``[batch, pos, d_model]``, read by every head, or ``[batch,
+        pos, head, d_model]``, each head reading its own: what path patching and the edge
+        methods need, so that they run this one implementation of attention.
+        """
+        cfg = self.cfg
+        key_input = x if key_input is None else key_input
+        value_input = x if value_input is None else value_input
+        q = self.hook_q(self._project(self.W_Q, x, cfg.n_heads))
+        k = self.hook_k(self._project(self.W_K, key_input, cfg.kv_heads))
+        v = self.hook_v(self._project(self.W_V, value_input, cfg.kv_heads))
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-        q, k, v = (a.transpose(1, 2) for a in (q, k, v))
-        group = cfg.n_heads // cfg.kv_heads
-        if group > 1:
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # [batch, head, pos, d_head]
+        if k.shape[1] < cfg.n_heads:  # grouped-query attention: each key/value head serves a group
+            group = cfg.n_heads // k.shape[1]
+            k = k.repeat_interleave(group, dim=1)
+        if v.shape[1] < cfg.n_heads:
+            v = v.repeat_interleave(cfg.n_heads // v.shape[1], dim=1)
+        n_pos = q.shape[2]
         if self.hook_pattern.has_hooks():
             if mask is None:
-                mask = additive_mask(t, cfg.causal, None, q.dtype, q.device)
+                mask = additive_mask(n_pos, cfg.causal, None, q.dtype, q.device)
             scores = q @ k.transpose(-1, -2) / math.sqrt(cfg.head_dim) + mask
             z = self.hook_pattern(scores.softmax(-1)) @ v
         else:  # the fused kernel is faster, but never materialises the pattern
             causal = mask is None and cfg.causal
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        z = self.hook_z(z.transpose(1, 2))
-        return self.W_O(z.reshape(b, t, -1))
+        return self.hook_z(z.transpose(1, 2))
+
+    def _project(self, linear: nn.Linear, x: Tensor, n: int) -> Tensor:
+        """``x`` through the ``n`` heads of ``linear``: ``[batch, pos, n, d_head]``, or, for
+        per-head inputs ``[batch, pos, head, d_model]``, each head through its own rows."""
+        d_head = self.cfg.head_dim
+        if x.dim() == 3:
+            return linear(x).view(*x.shape[:2], n, d_head)
+        per_head = linear.weight.view(n, d_head, -1).repeat_interleave(self.cfg.n_heads // n, 0)
+        out = torch.einsum("bthd,hed->bthe", x, per_head)
+        if linear.bias is not None:
+            out = out + linear.bias.view(n, d_head).repeat_interleave(self.cfg.n_heads // n, 0)
+        return out
+
+    def head_results(self, z: Tensor) -> Tensor:
+        """What each head writes, before the output bias: ``z`` ``[..., head, d_head]`` ->
+        ``[..., head, d_model]``; summed over heads (plus the bias) it is the layer's output."""
+        per_head = self.W_O.weight.view(-1, self.cfg.n_heads, self.cfg.head_dim)  # [d_model, head, d_head]
+        return torch.einsum("...he,dhe->...hd", z, per_head)
 
 
 class MLP(nn.Module):
@@ -195,6 +267,28 @@ class Block(nn.Module):
         self.hook_mlp_in = HookPoint()
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
+
+    def attention_by_head(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None = None,
+        key_input: Tensor | None = None,
+        value_input: Tensor | None = None,
+    ) -> Tensor:
+        """The attention half of a pre-norm block, split by head: what each head writes into
+        the residual, ``[batch, pos, head, d_model]`` (the output bias left out).
+
+        ``x`` (and ``key_input``, ``value_input``, default ``x``) are residual streams,
+        ``[batch, pos, d_model]`` or one per head ``[batch, pos, head, d_model]``; each goes
+        through the block's own norm and rotation before the head reads it.
+        """
+        if self.post_norm:
+            raise ValueError("a post-norm block does not read the residual through a norm of its own")
+        streams = [x, key_input, value_input]
+        q_in, k_in, v_in = (None if s is None else read(self.ln1(s), self.R_attn_in) for s in streams)
+        z = self.attn.attend(q_in, rope, mask, k_in, v_in)
+        return write(self.attn.head_results(z), self.R_attn_out)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor | None) -> Tensor:
         x = self.hook_resid_pre(x)
@@ -322,6 +416,14 @@ class Transformer(nn.Module):
             x = self.ln_final(x)
         x = read(x, self.R_unembed)
         return x if self.unembed is None else self.unembed(x)
+
+    def direction_logits(self, x: Tensor) -> Tensor:
+        """The logits a write ``x`` into the final residual adds, through the final norm's gain
+        (and LayerNorm's centring) but not its scale, which depends on the whole residual:
+        the linear read-out by which a head's or a neuron's output direction promotes tokens."""
+        if self.ln_final is not None:
+            x = self.ln_final.linear(x, 1.0)
+        return self.unembed(read(x, self.R_unembed))
 
     def forward(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         x = self.embed_tokens(tokens)

@@ -22,11 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from . import progress
-from .model import Transformer, apply_rotary, read, write
+from .model import Transformer, read, write
 
 # last-position logits [..., batch, vocab] -> per prompt [..., batch] (or [..., batch, k] for k metrics)
 Metric = Callable[[Tensor], Tensor]
@@ -199,15 +198,18 @@ class Graph:
     allowed: Tensor
 
     @classmethod
-    def of(cls, model: Transformer) -> Graph:
+    def of(cls, model: Transformer, split_qkv: bool = False) -> Graph:
+        """``split_qkv`` gives every head three downstream nodes, ``L{l}H{h}.q``, ``.k`` and
+        ``.v`` (its query, key and value inputs), so that an edge can end in a head's query alone."""
         cfg = model.cfg
         if cfg.post_norm:
             raise ValueError("edges are defined for pre-norm models, whose residual is a sum of writes")
         upstream, downstream, order_up, order_down = ["embed"], [], [0], []
         for layer in range(cfg.n_layers):
             heads = [f"L{layer}H{h}" for h in range(cfg.n_heads)]
-            downstream += heads
-            order_down += [2 * layer + 1] * cfg.n_heads
+            reads = [f"{head}.{part}" for part in "qkv" for head in heads] if split_qkv else heads
+            downstream += reads
+            order_down += [2 * layer + 1] * len(reads)
             upstream += heads
             order_up += [2 * layer + 1] * cfg.n_heads
             if not cfg.attn_only:
@@ -224,43 +226,15 @@ class Graph:
         return [(self.upstream[u], self.downstream[v]) for u, v in self.allowed.nonzero().tolist()]
 
 
-def _heads_from_inputs(model: Transformer, layer: int, x: Tensor, rope) -> Tensor:
-    """Attention of block ``layer`` on the residual ``x``: ``[batch, pos, d_model]`` read by
-    every head, or ``[batch, pos, head, d_model]``, each head reading its own. Returns each
-    head's write ``[batch, pos, head, d_model]``."""
-    cfg, block = model.cfg, model.blocks[layer]
-    attn = block.attn
-    x = read(block.ln1(x), block.R_attn_in)
-
-    def project(linear: torch.nn.Linear, n: int) -> Tensor:
-        if x.dim() == 3:  # one input for all heads: the ordinary projection
-            out = linear(x).view(*x.shape[:2], n, cfg.head_dim)
-            return out.repeat_interleave(cfg.n_heads // n, 2)
-        weight = linear.weight.view(n, cfg.head_dim, cfg.d_model).repeat_interleave(cfg.n_heads // n, 0)
-        out = torch.einsum("bthd,hed->bthe", x, weight)
-        if linear.bias is not None:
-            out = out + linear.bias.view(n, cfg.head_dim).repeat_interleave(cfg.n_heads // n, 0)
-        return out
-
-    q, k, v = project(attn.W_Q, cfg.n_heads), project(attn.W_K, cfg.kv_heads), project(attn.W_V, cfg.kv_heads)
-    if rope is not None:
-        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-    z = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=cfg.causal
-    )
-    z = z.transpose(1, 2)  # [batch, pos, head, d_head]
-    w_o = attn.W_O.weight.view(cfg.d_model, cfg.n_heads, cfg.head_dim)
-    return write(torch.einsum("bthe,dhe->bthd", z, w_o), block.R_attn_out)
-
-
 def graph_forward(
     model: Transformer,
     tokens: Tensor,
     keep: Tensor | None = None,
     corrupted: Tensor | None = None,
     record_inputs: bool = False,
+    split_qkv: bool = False,
 ) -> tuple[Tensor, Tensor, list[Tensor]]:
-    """Run ``tokens`` through the model as a graph of edges.
+    """Run ``tokens`` through the model as a graph of edges (``Graph.of(model, split_qkv)``).
 
     ``keep`` is ``[upstream, downstream]``: 1 (or None: all) reads the upstream node's
     activation on this run, 0 its activation in ``corrupted`` (``[upstream, batch, pos,
@@ -288,13 +262,22 @@ def graph_forward(
                 diff = torch.stack([outputs[u] for u in rows.tolist()]) - corrupted[rows]
                 return resid.unsqueeze(2) - torch.einsum("ubtd,uv->btvd", diff, w[rows])
         if record_inputs:
-            inputs.append(shared.unsqueeze(2).repeat(1, 1, n, 1))
-            return inputs[-1]
+            recorded = shared.unsqueeze(2).repeat(1, 1, n, 1)
+            if not recorded.requires_grad:  # the first layer's, when the embedding is given
+                recorded.requires_grad_()
+            inputs.append(recorded)
+            return recorded
         return shared
 
-    for layer, block in enumerate(model.blocks):
-        heads = _heads_from_inputs(model, layer, read_inputs(cfg.n_heads), rope)
-        down += cfg.n_heads
+    n_reads = 3 * cfg.n_heads if split_qkv else cfg.n_heads
+    for block in model.blocks:
+        x = read_inputs(n_reads)
+        if split_qkv and x.dim() == 4:  # [batch, pos, 3 * head, d_model]: queries, keys, values
+            q, k, v = x.split(cfg.n_heads, dim=2)
+            heads = block.attention_by_head(q, rope, key_input=k, value_input=v)
+        else:
+            heads = block.attention_by_head(x, rope)  # [batch, pos, head, d_model]
+        down += n_reads
         outputs += list(heads.unbind(2))
         resid = resid + heads.sum(2)
         if block.attn.W_O.bias is not None:
@@ -318,20 +301,34 @@ def corrupted_outputs(model: Transformer, counterfactual: Tensor) -> Tensor:
 
 
 def edge_attribution_patching(
-    model: Transformer, clean: Tensor, counterfactual: Tensor, metric: Metric
+    model: Transformer, clean: Tensor, counterfactual: Tensor, metric: Metric, ig_steps: int = 0
 ) -> tuple[Tensor, float]:
     """EAP (Nanda 2023; Syed et al. 2023): the first-order estimate of how much the metric
     changes when each edge is corrupted, for every edge from two forward passes and one
-    backward: ``[upstream, downstream]`` (zero where no edge), and the seconds it took."""
+    backward: ``[upstream, downstream]`` (zero where no edge), and the seconds it took.
+
+    ``ig_steps > 0`` is EAP-IG (Hanna et al. 2024): the gradient is averaged over ``ig_steps``
+    points on the straight line from the counterfactual's input embeddings to the clean
+    prompt's, as integrated gradients does, which follows the metric where a single gradient
+    at the clean run would miss that it saturates."""
     started = time.perf_counter()
     graph = Graph.of(model)
     corrupted = corrupted_outputs(model, counterfactual)
-    with torch.enable_grad():
-        logits, outputs, inputs = graph_forward(model, clean, record_inputs=True)
-        grads = torch.autograd.grad(metric(logits).mean(), inputs)
-    grads = torch.cat([g.movedim(2, 0) for g in grads])  # [downstream, batch, pos, d_model], in order
+    with torch.no_grad():
+        _, outputs, _ = graph_forward(model, clean)
+        clean_embed, counter_embed = model.embed_tokens(clean), model.embed_tokens(counterfactual)
+    alphas = [1.0] if ig_steps == 0 else [(k + 0.5) / ig_steps for k in range(ig_steps)]  # midpoints
+    grads = None
+    for alpha in progress.steps(alphas, "EAP-IG, by step", show=ig_steps > 4):
+        mixed = counter_embed + alpha * (clean_embed - counter_embed)
+        on_the_line = [("hook_embed", lambda x, hook, mixed=mixed: mixed)] if ig_steps else []
+        with torch.enable_grad(), model.hooks(on_the_line):
+            logits, _, inputs = graph_forward(model, clean, record_inputs=True)
+            step = torch.autograd.grad(metric(logits).mean(), inputs)
+        step = torch.cat([g.movedim(2, 0) for g in step])  # [downstream, batch, pos, d_model], in order
+        grads = step / len(alphas) if grads is None else grads + step / len(alphas)
     # corrupting edge (u, v) moves v's input by corrupted_u - clean_u; first order in that step
-    scores = torch.einsum("ubtd,vbtd->uv", (corrupted - outputs.detach()).float(), grads.float())
+    scores = torch.einsum("ubtd,vbtd->uv", (corrupted - outputs).float(), grads.float())
     return (scores * graph.allowed.to(scores.device)).cpu(), time.perf_counter() - started
 
 
@@ -366,15 +363,22 @@ def path_patching(
     """Each sender's effect through the receivers only (Wang et al. 2023): the metric's change
     when the edges from that sender into the receiver nodes carry the counterfactual value
     and every other edge, the sender's other paths included, stays clean. ``corrupted`` comes
-    from ``corrupted_outputs``; nodes are named as in ``Graph``."""
-    graph = Graph.of(model)
+    from ``corrupted_outputs``; nodes are named as in ``Graph``, and a receiver such as
+    ``"L9H6.q"`` is that head's query input alone."""
+    split = any(r.endswith((".q", ".k", ".v")) for r in receivers)
+    graph = Graph.of(model, split_qkv=split)
+    unknown = [r for r in receivers if r not in graph.downstream] + [
+        s for s in senders if s not in graph.upstream
+    ]
+    if unknown:
+        raise ValueError(f"no node {unknown[0]!r}; nodes are named like {graph.upstream[1]!r}")
     columns = [graph.downstream.index(r) for r in receivers]
-    base = metric(graph_forward(model, clean)[0]).mean()
+    base = metric(graph_forward(model, clean, split_qkv=split)[0]).mean()
     changes = []
     for sender in progress.steps(senders, "path patching, by sender"):
         keep = torch.ones(graph.allowed.shape)
         keep[graph.upstream.index(sender), columns] = 0.0
-        changes.append(metric(graph_forward(model, clean, keep, corrupted)[0]).mean() - base)
+        changes.append(metric(graph_forward(model, clean, keep, corrupted, split_qkv=split)[0]).mean() - base)
     return torch.stack(changes)
 
 
@@ -389,18 +393,25 @@ def circuit_metric(
 
 @torch.no_grad()
 def acdc(
-    model: Transformer, clean: Tensor, counterfactual: Tensor, threshold: float
+    model: Transformer,
+    clean: Tensor,
+    counterfactual: Tensor,
+    threshold: float,
+    candidates: Tensor | None = None,
 ) -> tuple[Tensor, float, int]:
     """ACDC-style pruning (Conmy et al. 2023): visit downstream nodes from the logits back and,
     for each incoming edge, corrupt it for good if that raises KL(full model || circuit) by less
-    than ``threshold``. Returns the kept edges, the seconds it took, and the forward passes run."""
+    than ``threshold``. ``candidates`` (bool ``[upstream, downstream]``, e.g. the edges EAP
+    ranks highest) restricts the search: every other edge starts corrupted, which is what makes
+    ACDC affordable on a model with tens of thousands of edges. Returns the kept edges, the
+    seconds it took, and the forward passes run."""
     started = time.perf_counter()
     graph = Graph.of(model)
     corrupted = corrupted_outputs(model, counterfactual)
-    kept = graph.allowed.clone()
-    reference = graph_forward(model, clean, kept.float(), corrupted)[0]
+    reference = graph_forward(model, clean)[0]
+    kept = graph.allowed.clone() if candidates is None else graph.allowed & candidates.to(torch.bool)
     kl = KLFromReference(reference)
-    current, passes = 0.0, 0
+    current, passes = kl(graph_forward(model, clean, kept.float(), corrupted)[0]).mean().item(), 0
     for v in progress.steps(reversed(range(len(graph.downstream))), "ACDC, by downstream node"):
         for u in reversed(kept[:, v].nonzero()[:, 0].tolist()):
             kept[u, v] = False

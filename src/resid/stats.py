@@ -87,3 +87,58 @@ def massive_activations(acts: Tensor, k: int = 5) -> list[dict]:
         {"value": flat.flatten()[i].item(), "token": int(i) // d, "dim": int(i) % d}
         for i in top.indices.tolist()
     ]
+
+
+# --- uncertainty: over prompts for pretrained models, over seeds for trained ones ---
+
+
+def bootstrap(
+    values: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The mean over the first axis (prompts, items or windows) with a percentile bootstrap
+    interval: ``(mean, low, high)``, each shaped like ``values[0]``.
+
+    A resample's mean is a multinomial count vector times the values, so every cell of a
+    ``[prompt, layer, head]`` map gets its interval from one matrix product.
+    """
+    if len(values) < 2:
+        raise ValueError("a bootstrap needs at least two values along the first axis")
+    flat = values.double().reshape(len(values), -1)
+    generator = torch.Generator().manual_seed(seed)
+    picks = torch.randint(0, len(values), (n_resamples, len(values)), generator=generator)
+    counts = torch.zeros(n_resamples, len(values), dtype=torch.float64).scatter_add_(
+        1, picks, torch.ones_like(picks, dtype=torch.float64)
+    )
+    means = counts @ flat / len(values)  # [resample, cell]
+    tail = (1 - level) / 2
+    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
+    shape = values.shape[1:]
+    return flat.mean(0).reshape(shape), low.reshape(shape), high.reshape(shape)
+
+
+def ratio_bootstrap(
+    numerator: Tensor, denominator: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """The ratio of two means over the same prompts, mean(numerator) / mean(denominator), with a
+    percentile bootstrap interval that resamples prompts for both at once."""
+    if numerator.shape != denominator.shape or len(numerator) < 2:
+        raise ValueError("a ratio bootstrap needs two equal-length vectors of at least two values")
+    generator = torch.Generator().manual_seed(seed)
+    picks = torch.randint(0, len(numerator), (n_resamples, len(numerator)), generator=generator)
+    ratios = numerator.double()[picks].mean(1) / denominator.double()[picks].mean(1)
+    tail = (1 - level) / 2
+    low, high = torch.quantile(ratios, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return (numerator.double().mean() / denominator.double().mean()).item(), low.item(), high.item()
+
+
+def t_interval(values: Tensor | list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """The mean of a few independent values (one per training seed) with Student's t interval:
+    ``(mean, low, high)``. With few seeds this is wide, and honestly so."""
+    from scipy import stats as scipy_stats
+
+    x = torch.as_tensor(values, dtype=torch.float64)
+    if len(x) < 2:
+        raise ValueError("an interval over seeds needs at least two seeds")
+    half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std() / len(x) ** 0.5
+    mean = x.mean().item()
+    return mean, mean - half.item(), mean + half.item()

@@ -346,7 +346,13 @@ def _train_step(
 
 
 def _save(
-    path: Path, model, optimizer, history: list[dict], step: int, cfg: TrainConfig, seconds: float | None,
+    path: Path,
+    model,
+    optimizer,
+    history: list[dict],
+    step: int,
+    cfg: TrainConfig,
+    seconds: float | None,
     rank: int = 0,
 ) -> None:
     if rank == 0:

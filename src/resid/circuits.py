@@ -1,0 +1,241 @@
+"""Circuits of attention heads, the evidence for each head's role, and how good a circuit is
+(Wang et al. 2023, the IOI circuit; the Primer, sections 4 and 5).
+
+A circuit here is a set of heads ``{(layer, head)}``. The model *runs the circuit* when every
+other head is mean-ablated: its output (``hook_z``) replaced, at each position, by its mean
+over a reference distribution that carries no signal for the task (for IOI, the ABC prompts,
+which name three different people). MLPs and the embedding are left as they are. Scores are
+per prompt, so that every summary can carry a bootstrap interval over prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from . import attribution, heads, progress, stats
+from .behaviours import ContrastSet
+from .model import Transformer
+from .patching import KLFromReference
+
+Head = tuple[int, int]
+
+
+def label(head: Head) -> str:
+    return f"L{head[0]}H{head[1]}"
+
+
+def all_heads(model: Transformer) -> list[Head]:
+    return [(layer, h) for layer in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+
+
+@torch.no_grad()
+def head_means(model: Transformer, reference: Tensor) -> list[Tensor]:
+    """Each layer's head outputs averaged over the reference prompts, position by position:
+    ``[pos, head, d_head]`` per layer (the prompts share one length)."""
+    names = [f"blocks.{i}.attn.hook_z" for i in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(reference, names)
+    return [cache[name].mean(0) for name in names]
+
+
+def mean_ablation_hooks(ablate: Iterable[Head], means: list[Tensor]) -> list[tuple[str, object]]:
+    """Hooks that replace the chosen heads' outputs by their means (from ``head_means``)."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, h in ablate:
+        by_layer.setdefault(layer, []).append(h)
+
+    def replace_heads(layer: int, chosen: list[int]):
+        def hook(z: Tensor, hook_point) -> Tensor:
+            z = z.clone()
+            z[:, :, chosen] = means[layer][:, chosen].to(z.dtype)
+            return z
+
+        return hook
+
+    return [(f"blocks.{layer}.attn.hook_z", replace_heads(layer, hs)) for layer, hs in by_layer.items()]
+
+
+@torch.no_grad()
+def ablated_logit_diff(
+    model: Transformer, prompts: ContrastSet, ablate: Iterable[Head], means: list[Tensor]
+) -> Tensor:
+    """The logit difference (answer minus foil) of every prompt with the heads in ``ablate``
+    mean-ablated: ``[prompt]``."""
+    logits = model.run_with_hooks(prompts.tokens, mean_ablation_hooks(ablate, means))[:, -1].float()
+    return logits.gather(1, prompts.answers[:, None])[:, 0] - logits.gather(1, prompts.foils[:, None])[:, 0]
+
+
+def faithfulness(
+    model: Transformer, prompts: ContrastSet, circuit: Iterable[Head], means: list[Tensor], seed: int = 0
+) -> dict:
+    """How much of the full model's logit difference the circuit alone recovers: F(C) / F(M),
+    with a bootstrap interval over prompts (each resample's ratio of means)."""
+    circuit = set(circuit)
+    full = ablated_logit_diff(model, prompts, [], means)
+    alone = ablated_logit_diff(model, prompts, [h for h in all_heads(model) if h not in circuit], means)
+    ratio, low, high = stats.ratio_bootstrap(alone, full, seed=seed)
+    return {
+        "full model": full.mean().item(),
+        "circuit": alone.mean().item(),
+        "faithfulness": ratio,
+        "low": low,
+        "high": high,
+    }
+
+
+def completeness(
+    model: Transformer,
+    prompts: ContrastSet,
+    circuit: Iterable[Head],
+    means: list[Tensor],
+    subsets: dict[str, Iterable[Head]],
+    seed: int = 0,
+) -> pd.DataFrame:
+    """For each named subset K of the circuit: F(C \\ K) against F(M \\ K), removing K from the
+    circuit and from the whole model. A complete circuit loses as much as the model does; a
+    large gap means the model has heads doing the task that the circuit lacks. The gap carries
+    a bootstrap interval over prompts (paired: both are measured on the same prompts)."""
+    circuit = set(circuit)
+    outside = [h for h in all_heads(model) if h not in circuit]
+    rows = []
+    for name, subset in subsets.items():
+        subset = set(subset)
+        if not subset <= circuit:
+            raise ValueError(f"subset {name!r} has heads outside the circuit: {sorted(subset - circuit)}")
+        in_circuit = ablated_logit_diff(model, prompts, outside + sorted(subset), means)
+        in_model = ablated_logit_diff(model, prompts, sorted(subset), means)
+        gap, low, high = stats.bootstrap(in_circuit - in_model, seed=seed)
+        rows.append(
+            {
+                "removed": name,
+                "F(C \\ K)": in_circuit.mean().item(),
+                "F(M \\ K)": in_model.mean().item(),
+                "gap": gap.item(),
+                "low": low.item(),
+                "high": high.item(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def minimality(
+    model: Transformer, prompts: ContrastSet, circuit: Iterable[Head], means: list[Tensor], seed: int = 0
+) -> pd.DataFrame:
+    """For each head v of the circuit, how much the circuit's logit difference falls when v is
+    removed too: F(C) - F(C \\ {v}), with a paired bootstrap interval over prompts. A member
+    whose interval includes zero is not needed on these prompts."""
+    circuit = sorted(set(circuit))
+    outside = [h for h in all_heads(model) if h not in set(circuit)]
+    base = ablated_logit_diff(model, prompts, outside, means)
+    rows = []
+    for head in circuit:
+        drop, low, high = stats.bootstrap(
+            base - ablated_logit_diff(model, prompts, outside + [head], means), seed=seed
+        )
+        rows.append({"head": label(head), "drop": drop.item(), "low": low.item(), "high": high.item()})
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def prune_heads(
+    model: Transformer, prompts: ContrastSet, means: list[Tensor], threshold: float
+) -> tuple[list[Head], int]:
+    """ACDC at the granularity of heads: visit heads from the last layer to the first and
+    mean-ablate each for good if that raises KL(full model || circuit) at the last position by
+    less than ``threshold``. One forward pass per head, where edge-level ACDC needs one per
+    edge. Returns the heads kept and the passes run."""
+    reference = model(prompts.tokens)[:, -1]
+    kl = KLFromReference(reference)
+    ablated: list[Head] = []
+    current, passes = 0.0, 0
+    for head in progress.steps(list(reversed(all_heads(model))), "ACDC over heads"):
+        logits = model.run_with_hooks(prompts.tokens, mean_ablation_hooks(ablated + [head], means))[:, -1]
+        trial = kl(logits).mean().item()
+        passes += 1
+        if trial - current < threshold:
+            ablated.append(head)
+            current = trial
+    return [h for h in all_heads(model) if h not in set(ablated)], passes
+
+
+# --- the evidence for a head's role in IOI ---
+
+
+@torch.no_grad()
+def ioi_attention(model: Transformer, prompts: ContrastSet) -> pd.DataFrame:
+    """For every head, the attention that defines the IOI roles (Wang et al. 2023), averaged over
+    prompts: from the end to IO and to S1 (name movers attend to IO), from S2 to S1 (duplicate-
+    token heads) and from S2 to the token after S1 (induction heads)."""
+    patterns = heads.attention_patterns(model, prompts.tokens).permute(1, 3, 4, 0, 2)
+    rows_of, at = torch.arange(len(prompts)), prompts.positions  # patterns: [batch, query, key, layer, head]
+
+    def mean_attention(query: str, key: str) -> Tensor:
+        return patterns[rows_of, at[query], at[key]].mean(0)  # [layer, head]
+
+    scores = {
+        "end→IO": mean_attention("end", "IO"),
+        "end→S1": mean_attention("end", "S1"),
+        "S2→S1": mean_attention("S2", "S1"),
+        "S2→S1+1": mean_attention("S2", "S1+1"),
+    }
+    rows = []
+    for layer, h in all_heads(model):
+        rows.append(
+            {"head": label((layer, h)), "layer": layer, "index": h}
+            | {k: v[layer, h].item() for k, v in scores.items()}
+        )
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def head_logit_attributions(
+    model: Transformer, prompts: ContrastSet, ablate: Iterable[Head] = (), means: list[Tensor] | None = None
+) -> Tensor:
+    """Every head's direct contribution to the logit difference, per prompt, optionally with the
+    heads in ``ablate`` mean-ablated: ``[prompt, layer, head]``."""
+    with model.hooks(mean_ablation_hooks(ablate, means) if means is not None else []):
+        labels, contributions, _ = attribution.component_attributions(
+            model, prompts.tokens, prompts.answers, prompts.foils
+        )
+    index = {name: i for i, name in enumerate(labels)}
+    rows = [index[label(head)] for head in all_heads(model)]
+    return contributions[rows].T.reshape(len(prompts), model.cfg.n_layers, model.cfg.n_heads)
+
+
+def backup_heads(
+    model: Transformer, prompts: ContrastSet, ablated: Iterable[Head], means: list[Tensor], seed: int = 0
+) -> tuple[pd.DataFrame, dict]:
+    """Self-repair (Wang et al.'s backup name movers; McGrath et al. 2023): each head's direct
+    effect before and after the ``ablated`` heads are mean-ablated, with a paired bootstrap
+    interval on the change; and the totals: the direct effect the ablated heads had, what the
+    other heads gained, and the logit difference before and after."""
+    ablated = list(ablated)
+    before = head_logit_attributions(model, prompts)
+    after = head_logit_attributions(model, prompts, ablated, means)
+    change, low, high = stats.bootstrap(after - before, seed=seed)
+    rows = []
+    for layer, h in all_heads(model):
+        rows.append(
+            {
+                "head": label((layer, h)),
+                "before": before[:, layer, h].mean().item(),
+                "after": after[:, layer, h].mean().item(),
+                "change": change[layer, h].item(),
+                "low": low[layer, h].item(),
+                "high": high[layer, h].item(),
+                "ablated": (layer, h) in set(ablated),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    lost = sum(before[:, layer, h] for layer, h in ablated).mean().item() if ablated else 0.0
+    gained = frame.loc[~frame.ablated, "change"].sum()
+    totals = {
+        "direct effect of the ablated heads": lost,
+        "gained by the other heads": gained,
+        "logit difference before": ablated_logit_diff(model, prompts, [], means).mean().item(),
+        "logit difference after": ablated_logit_diff(model, prompts, ablated, means).mean().item(),
+    }
+    return frame, totals

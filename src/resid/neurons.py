@@ -1,0 +1,148 @@
+"""Feed-forward neurons as keys and values (Geva et al. 2021, 2022; the Primer, section 5.2).
+
+A neuron of an MLP reads the residual stream with its input weights (the *key*: which contexts
+make it fire) and, when it fires, adds its column of ``W_out`` to the residual (the *value*:
+read through the unembedding, which tokens it promotes and which it suppresses). The
+activation is what ``blocks.{l}.mlp.hook_post`` holds: ``gelu(W_in x)``, or ``silu(W_gate x) *
+W_in x`` for SwiGLU models.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from . import progress
+from .model import Transformer, read, write
+from .patching import Metric
+
+
+def value_logits(model: Transformer, layer: int, neurons: Tensor | None = None) -> Tensor:
+    """Each neuron's value vector read through the unembedding: ``[neuron, vocab]``, the logits
+    one unit of its activation adds (through the final norm's gain, not its scale)."""
+    block = model.blocks[layer]
+    values = block.mlp.W_out.weight.T  # [d_mlp, d_model]: row n is what neuron n writes per unit
+    if neurons is not None:
+        values = values[neurons]
+    with torch.no_grad():
+        return model.direction_logits(write(values, block.R_mlp_out)).float()
+
+
+def promoted_tokens(model: Transformer, layer: int, neuron: int, k: int = 10) -> pd.DataFrame:
+    """The ``k`` tokens a neuron's value vector promotes most and the ``k`` it suppresses most."""
+    logits = value_logits(model, layer, torch.tensor([neuron]))[0]
+    top, bottom = logits.topk(k), (-logits).topk(k)
+    decode = _decoder(model)
+    return pd.DataFrame(
+        {
+            "promotes": [decode([i]) for i in top.indices.tolist()],
+            "logit +": top.values.tolist(),
+            "suppresses": [decode([i]) for i in bottom.indices.tolist()],
+            "logit -": (-bottom.values).tolist(),
+        }
+    )
+
+
+def class_promotion(model: Transformer, layer: int, token_ids: Tensor) -> Tensor:
+    """How much each neuron of ``layer`` promotes a class of tokens (say, city names): the mean
+    value logit over the class minus the mean over the vocabulary, in units of the neuron's own
+    standard deviation over the vocabulary. ``[d_mlp]``; large means a neuron that writes "one
+    of these tokens comes next"."""
+    logits = value_logits(model, layer)
+    centred = logits[:, token_ids].mean(1) - logits.mean(1)
+    return centred / logits.std(1)
+
+
+@torch.no_grad()
+def top_activations(
+    model: Transformer, tokens: Tensor, layer: int, neurons: list[int], k: int = 8, batch_size: int = 8
+) -> pd.DataFrame:
+    """The ``k`` positions of ``tokens`` (``[sequence, pos]``) where each neuron fires most: one
+    row per (neuron, rank) with the activation, where it was, and the context up to that token
+    (the token itself in brackets) when the model has a tokenizer."""
+    name = f"blocks.{layer}.mlp.hook_post"
+    index = torch.tensor(neurons)
+    best_values = torch.full((len(neurons), k), -torch.inf)
+    best_places = torch.zeros(len(neurons), k, dtype=torch.long)  # flattened sequence * pos + position
+    starts = range(0, len(tokens), batch_size)
+    for start in progress.steps(starts, f"neuron activations, layer {layer}", show=len(starts) > 4):
+        batch = tokens[start : start + batch_size]
+        _, cache = model.run_with_cache(batch, [name])
+        acts = cache[name][..., index].float().flatten(0, 1).T  # [neuron, batch * pos]
+        places = torch.arange(acts.shape[1]) + start * tokens.shape[1]
+        values = torch.cat([best_values, acts], 1)
+        order = values.topk(k, dim=1)
+        best_values = order.values
+        best_places = torch.cat([best_places, places.expand(len(neurons), -1)], 1).gather(1, order.indices)
+    decode = _decoder(model)
+    rows = []
+    for i, neuron in enumerate(neurons):
+        for rank in range(k):
+            sequence, position = divmod(best_places[i, rank].item(), tokens.shape[1])
+            context = tokens[sequence, max(0, position - 8) : position].tolist()
+            rows.append(
+                {
+                    "neuron": neuron,
+                    "rank": rank,
+                    "activation": best_values[i, rank].item(),
+                    "sequence": sequence,
+                    "position": position,
+                    "context": decode(context) + "[" + decode([tokens[sequence, position].item()]) + "]",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def neuron_effects(
+    model: Transformer,
+    clean: Tensor,
+    counterfactual: Tensor,
+    layer: int,
+    neurons: list[int],
+    metric: Metric,
+    direction: Tensor,
+) -> pd.DataFrame:
+    """The direct and the total effect of each neuron on a task, averaged over prompts.
+
+    Total effect: the change in ``metric`` when the neuron's activation (at every position)
+    takes its value on the counterfactual prompt. Direct effect: the part that goes straight
+    to the logits, the activation's change at the last position times the neuron's value
+    vector, through the final norm frozen at the clean run's scale, onto ``direction``
+    (``[batch, d_model]`` in the unembedding's space, e.g. ``W_U[answer] - W_U[foil]``). For
+    a logit-difference metric the two are in the same units; their gap is what the neuron does
+    through later layers.
+    """
+    if model.cfg.post_norm or model.unembed is None:
+        raise ValueError("neuron effects are defined for pre-norm language models")
+    name, final = f"blocks.{layer}.mlp.hook_post", model.resid_names()[-1]
+    clean_logits, clean_cache = model.run_with_cache(clean, [name, final])
+    _, counter_cache = model.run_with_cache(counterfactual, [name])
+    base = metric(clean_logits[:, -1])
+    scale = model.ln_final.scale(clean_cache[final][:, -1])  # [batch, 1]
+    block = model.blocks[layer]
+    rows = []
+    for neuron in progress.steps(neurons, f"neuron patching, layer {layer}", show=len(neurons) > 20):
+
+        def patch(acts: Tensor, hook, neuron: int = neuron) -> Tensor:
+            acts = acts.clone()
+            acts[..., neuron] = counter_cache[name][..., neuron]
+            return acts
+
+        total = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]) - base
+        change = counter_cache[name][:, -1, neuron] - clean_cache[name][:, -1, neuron]  # [batch]
+        written = write(change[:, None] * block.mlp.W_out.weight[:, neuron], block.R_mlp_out)
+        normed = read(model.ln_final.linear(written, scale), model.R_unembed)
+        direct = (normed.float() * direction.float()).sum(-1)
+        rows.append(
+            {"neuron": neuron, "direct effect": direct.mean().item(), "total effect": total.mean().item()}
+        )
+    return pd.DataFrame(rows)
+
+
+def _decoder(model: Transformer):
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        return lambda ids: " ".join(str(i) for i in ids)
+    return tokenizer.decode
