@@ -176,8 +176,13 @@ def _is_a(value: object, kind: type) -> bool:
 
 
 def fingerprint(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> dict:
-    """What a chapter says (a hash of its source) and is told (its non-default parameters)."""
-    digest = hashlib.sha256(source(name, notebooks).read_bytes()).hexdigest()[:16]
+    """What a chapter says (a hash of its source and, where it has one, of its pre-registered
+    criteria in ``criteria/<name>.toml``) and is told (its non-default parameters)."""
+    text = source(name, notebooks).read_bytes()
+    criteria = notebooks / "criteria" / f"{name}.toml"
+    if criteria.exists():  # verdicts depend on it: changing a criterion makes the chapter stale
+        text += b"\0" + criteria.read_bytes()
+    digest = hashlib.sha256(text).hexdigest()[:16]
     return {"chapter": name, "source_sha256": digest, "parameters": parameters}
 
 
@@ -449,18 +454,18 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
         "`<chapter>.json` beside its executed notebook) by `python -m resid.book results`, which "
         "`make book` runs; a chapter link leads to its full table and the experiment behind it.",
     ]
-    notes, counts = [], {}
+    notes, counts, n_checks = [], {}, 0
     for part in parts:
         names = [c["file"].removeprefix("chapters/") for c in part["chapters"]]
         names = [n for n in names if n in known]
         if not names:
             continue
-        lines += ["", f"## {part['caption']}", "", "| chapter | claim | paper | ours | verdict |",
-                  "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += ["", f"## {part['caption']}", "", "| chapter | claim | paper | ours | criterion | verdict |",
+                  "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         for name in names:
             path = out_dir / f"{name}.json"
             if not path.exists():
-                lines.append(f"| {name} | *not executed yet: `make chapter CH={name}`* | | | |")
+                lines.append(f"| {name} | *not executed yet: `make chapter CH={name}`* | | | | |")
                 continue
             results = json.loads(path.read_text())
             link = f"{{ref}}`{name} <claims-{name}>`" + (" (quick run)" if results.get("quick") else "")
@@ -468,11 +473,19 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
                 claim = row.get("claim") or row.get("prediction") or row.get("question")
                 paper = row.get("paper") or row.get("primer") or row.get("source") or ""
                 counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+                criterion = row.get("criterion", "*set after the run*")
                 lines.append(f"| {link} | {cell(claim)} | {cell(paper)} | {cell(row['ours'])} | "
-                             f"**{cell(row['verdict'])}** |")  # fmt: skip
+                             f"{cell(criterion)} | **{cell(row['verdict'])}** |")  # fmt: skip
+            n_checks += len(results.get("checks", []))
             notes.append(_reproducibility_note(name, results))
     summary = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    lines[3:3] = ["", f"Verdicts over all chapters: {summary}." if counts else "No chapter has run yet."]
+    checks = (f" Besides the claims, {n_checks} checks (identities and sanity properties, asserted where "
+              "they are computed) passed; they are listed in their chapters and never counted as "
+              "reproductions." if n_checks else "")  # fmt: skip
+    lines[3:3] = [
+        "",
+        f"Verdicts over all chapters: {summary}.{checks}" if counts else "No chapter has run yet.",
+    ]
     lines += ["", "## Reproducibility", "",
               "What each chapter ran on, as recorded when it ran: the command that reruns it, its time "
               "here with every cached model and training run in place and from a cold cache (adding "

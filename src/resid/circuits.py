@@ -159,29 +159,32 @@ def prune_heads(
 # --- the evidence for a head's role in IOI ---
 
 
+ATTENTION_ROLES = {  # (query, key) positions whose attention defines a role
+    "end→IO": ("end", "IO"),  # name movers copy the indirect object
+    "end→S1": ("end", "S1"),
+    "end→S2": ("end", "S2"),  # S-inhibition heads
+    "S2→S1": ("S2", "S1"),  # duplicate-token heads
+    "S2→S1+1": ("S2", "S1+1"),  # induction heads
+}
+
+
 @torch.no_grad()
-def ioi_attention(model: Transformer, prompts: ContrastSet) -> pd.DataFrame:
-    """For every head, the attention that defines the IOI roles (Wang et al. 2023), averaged over
-    prompts: from the end to IO and to S1 (name movers attend to IO), from S2 to S1 (duplicate-
-    token heads) and from S2 to the token after S1 (induction heads)."""
+def ioi_attention_scores(model: Transformer, prompts: ContrastSet) -> dict[str, Tensor]:
+    """Every head's attention between the positions that define the IOI roles (Wang et al.
+    2023), per prompt: ``{"end→IO": [prompt, layer, head], ...}`` for the pairs in
+    ``ATTENTION_ROLES``."""
     patterns = heads.attention_patterns(model, prompts.tokens).permute(1, 3, 4, 0, 2)
     rows_of, at = torch.arange(len(prompts)), prompts.positions  # patterns: [batch, query, key, layer, head]
+    return {name: patterns[rows_of, at[q], at[k]] for name, (q, k) in ATTENTION_ROLES.items()}
 
-    def mean_attention(query: str, key: str) -> Tensor:
-        return patterns[rows_of, at[query], at[key]].mean(0)  # [layer, head]
 
-    scores = {
-        "end→IO": mean_attention("end", "IO"),
-        "end→S1": mean_attention("end", "S1"),
-        "S2→S1": mean_attention("S2", "S1"),
-        "S2→S1+1": mean_attention("S2", "S1+1"),
-    }
+def ioi_attention(model: Transformer, prompts: ContrastSet) -> pd.DataFrame:
+    """``ioi_attention_scores`` averaged over prompts: a row per head."""
+    scores = {name: values.mean(0) for name, values in ioi_attention_scores(model, prompts).items()}
     rows = []
     for layer, h in all_heads(model):
-        rows.append(
-            {"head": str(Head(layer, h)), "layer": layer, "index": h}
-            | {k: v[layer, h].item() for k, v in scores.items()}
-        )
+        row = {"head": str(Head(layer, h)), "layer": layer, "index": h}
+        rows.append(row | {name: values[layer, h].item() for name, values in scores.items()})
     return pd.DataFrame(rows)
 
 

@@ -361,12 +361,14 @@ def path_patching(
     metric: Metric,
     senders: list[str],
     receivers: list[str],
+    per_prompt: bool = False,
 ) -> Tensor:
     """Each sender's effect through the receivers only (Wang et al. 2023): the metric's change
     when the edges from that sender into the receiver nodes carry the counterfactual value
     and every other edge, the sender's other paths included, stays clean. ``corrupted`` comes
     from ``corrupted_outputs``; nodes are named as in ``Graph``, and a receiver such as
-    ``"L9H6.q"`` is that head's query input alone."""
+    ``"L9H6.q"`` is that head's query input alone. ``[sender]``, averaged over prompts, or
+    ``[sender, prompt]`` with ``per_prompt`` (for intervals)."""
     split = any(r.endswith((".q", ".k", ".v")) for r in receivers)
     graph = Graph.of(model, split_qkv=split)
     unknown = [r for r in receivers if r not in graph.downstream] + [
@@ -375,12 +377,15 @@ def path_patching(
     if unknown:
         raise ValueError(f"no node {unknown[0]!r}; nodes are named like {graph.upstream[1]!r}")
     columns = [graph.downstream.index(r) for r in receivers]
-    base = metric(graph_forward(model, clean, split_qkv=split)[0]).mean()
+    reduce = (lambda x: x) if per_prompt else (lambda x: x.mean())
+    base = reduce(metric(graph_forward(model, clean, split_qkv=split)[0]))
     changes = []
     for sender in progress.steps(senders, "path patching, by sender"):
         keep = torch.ones(graph.allowed.shape)
         keep[graph.upstream.index(sender), columns] = 0.0
-        changes.append(metric(graph_forward(model, clean, keep, corrupted, split_qkv=split)[0]).mean() - base)
+        changes.append(
+            reduce(metric(graph_forward(model, clean, keep, corrupted, split_qkv=split)[0])) - base
+        )
     return torch.stack(changes)
 
 

@@ -1,0 +1,121 @@
+"""Claims judged against criteria written down before the run, and checks kept apart from them.
+
+A *claim* is a paper's empirical finding, or a prediction it made, tested on our models. Its
+metric, direction and thresholds live in a committed file, ``notebooks/criteria/<chapter>.toml``,
+written before the chapter's runs (the file's history is the record); the chapter measures an
+estimate with an interval (a bootstrap over prompts for pretrained models, a t-interval over
+seeds for trained ones) and ``judge`` turns the two into a verdict. An interval that straddles
+a threshold is **inconclusive**.
+
+A *check* is an identity or sanity property (a sum rule, an exact fold, a clean patch changing
+nothing): ``check`` asserts it where it is computed, so a failing check fails the chapter, and
+lists it apart; it is never counted as a reproduction.
+
+A criteria file::
+
+    [faithful]
+    claim = "the circuit alone recovers most of the model's logit difference"
+    source = "Wang et al. 2023: 87% for GPT-2 small's IOI circuit"
+    metric = "faithfulness F(C) / F(M) on held-out templates"
+    direction = "above"        # above | below | within (|estimate| below the threshold)
+    threshold = 0.6
+    partly = 0.3               # optional: a weaker level that earns "partly"
+    prediction = false         # true: the paper proposed it and did not test it
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+CRITERIA = Path(__file__).resolve().parents[2] / "notebooks" / "criteria"
+VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive")
+PREDICTION_VERDICTS = ("supported", "partly", "not supported", "inconclusive")
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class Criterion:
+    id: str
+    claim: str
+    source: str
+    metric: str
+    direction: str
+    threshold: float
+    partly: float | None = None
+    prediction: bool = False
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("above", "below", "within"):
+            raise ValueError(
+                f"criterion {self.id}: direction {self.direction!r}; choose above, below or within"
+            )
+        if self.partly is not None and self.direction == "within":
+            raise ValueError(f"criterion {self.id}: a 'within' criterion has no partly level")
+        weaker = self.partly is None or (
+            self.partly < self.threshold if self.direction == "above" else self.partly > self.threshold
+        )
+        if not weaker:
+            raise ValueError(f"criterion {self.id}: the partly level must be weaker than the threshold")
+
+    def describe(self) -> str:
+        rule = {"above": ">", "below": "<", "within": "|x| <"}[self.direction]
+        text = f"{self.metric} {rule} {self.threshold:g}"
+        return text + ("" if self.partly is None else f" (partly: {rule} {self.partly:g})")
+
+
+def load_criteria(chapter: str, folder: Path = CRITERIA) -> dict[str, Criterion]:
+    """The chapter's pre-registered criteria, by id."""
+    path = folder / f"{chapter}.toml"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} holds no criteria; write them before the chapter runs")
+    table = tomllib.loads(path.read_text())
+    return {key: Criterion(id=key, **fields) for key, fields in table.items()}
+
+
+def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: str = "") -> dict:
+    """A claim row: the criterion, the estimate with its interval, and the verdict."""
+    if not low <= high:
+        raise ValueError(f"criterion {criterion.id}: interval [{low}, {high}] is reversed")
+    verdict = _verdict(criterion, low, high)
+    if criterion.prediction:
+        verdict = {"reproduced": "supported", "not reproduced": "not supported"}.get(verdict, verdict)
+    return {
+        "claim": criterion.claim,
+        "paper": criterion.source,
+        "ours": ours or f"{estimate:.3g} [{low:.3g}, {high:.3g}]",
+        "criterion": criterion.describe(),
+        "estimate": estimate,
+        "interval": [low, high],
+        "verdict": verdict,
+    }
+
+
+def _verdict(c: Criterion, low: float, high: float) -> str:
+    if c.direction == "within":
+        if -c.threshold < low and high < c.threshold:
+            return "reproduced"
+        if low > c.threshold or high < -c.threshold:
+            return "not reproduced"
+        return "inconclusive"
+    sign = 1 if c.direction == "above" else -1
+    lo, hi = sorted((sign * low, sign * high))  # flipped so that "more is better"
+    strong, weak = sign * c.threshold, sign * (c.threshold if c.partly is None else c.partly)
+    if lo > strong:
+        return "reproduced"
+    if hi < weak:
+        return "not reproduced"
+    if c.partly is not None and lo > weak and hi < strong:
+        return "partly"
+    return "inconclusive"
+
+
+def check(name: str, passed: bool, detail: str = "") -> dict:
+    """Assert an identity or sanity property where it is computed; a row for the checks table."""
+    if not passed:
+        raise CheckFailed(f"check failed: {name} ({detail})")
+    return {"check": name, "detail": detail, "passed": True}

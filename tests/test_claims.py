@@ -1,0 +1,56 @@
+import pytest
+
+from resid import claims
+
+ABOVE = claims.Criterion("x", "c", "s", "m", "above", threshold=0.6, partly=0.3)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [(0.7, 0.9, "reproduced"), (0.5, 0.9, "inconclusive"), (0.35, 0.55, "partly"),
+     (0.1, 0.2, "not reproduced"), (0.2, 0.4, "inconclusive")],
+)  # fmt: skip
+def test_a_verdict_needs_the_whole_interval_on_one_side(low, high, verdict):
+    assert claims.judge(ABOVE, (low + high) / 2, low, high)["verdict"] == verdict
+
+
+def test_below_within_and_predictions():
+    below = claims.Criterion("y", "c", "s", "m", "below", threshold=0.1)
+    assert claims.judge(below, 0.05, 0.01, 0.08)["verdict"] == "reproduced"
+    assert claims.judge(below, 0.2, 0.15, 0.3)["verdict"] == "not reproduced"
+    within = claims.Criterion("z", "c", "s", "m", "within", threshold=0.25)
+    assert claims.judge(within, 0.0, -0.1, 0.2)["verdict"] == "reproduced"
+    assert claims.judge(within, 0.4, 0.3, 0.5)["verdict"] == "not reproduced"
+    assert claims.judge(within, 0.2, 0.1, 0.3)["verdict"] == "inconclusive"
+    predicted = claims.Criterion("p", "c", "s", "m", "above", threshold=0.0, prediction=True)
+    assert claims.judge(predicted, 1.0, 0.5, 1.5)["verdict"] == "supported"
+    row = claims.judge(predicted, -1.0, -1.5, -0.5)
+    assert (
+        row["verdict"] == "not supported" and row["interval"] == [-1.5, -0.5] and "m > 0" in row["criterion"]
+    )
+
+
+def test_inconsistent_criteria_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="weaker"):
+        claims.Criterion("x", "c", "s", "m", "above", threshold=0.3, partly=0.6)
+    (tmp_path / "ch.toml").write_text(
+        '[a]\nclaim="c"\nsource="s"\nmetric="m"\ndirection="sideways"\nthreshold=1\n'
+    )
+    with pytest.raises(ValueError, match="direction"):
+        claims.load_criteria("ch", tmp_path)
+    with pytest.raises(FileNotFoundError):
+        claims.load_criteria("nothing", tmp_path)
+
+
+def test_a_failing_check_stops_the_chapter():
+    assert claims.check("sum rule", True, "1.0 = 1.0")["passed"]
+    with pytest.raises(claims.CheckFailed, match="sum rule"):
+        claims.check("sum rule", False, "1.0 != 2.0")
+
+
+def test_every_committed_criteria_file_parses():
+    files = sorted(claims.CRITERIA.glob("*.toml"))
+    assert files, "no criteria files found"
+    for path in files:
+        criteria = claims.load_criteria(path.stem)
+        assert criteria and all(c.metric and c.source for c in criteria.values())
