@@ -298,9 +298,7 @@ def test_role_evidence_reads_the_marked_positions(model):
     direct = circuits.head_logit_attributions(model, ioi)
     assert direct.shape == (6, model.cfg.n_layers, model.cfg.n_heads)
     frame, totals = circuits.backup_heads(model, ioi, [(1, 0), (1, 3)], means)
-    assert totals["direct effect of the ablated heads"] == pytest.approx(
-        direct[:, 1, [0, 3]].sum(1).mean().item()
-    )
+    torch.testing.assert_close(totals["direct effect of the ablated heads"], direct[:, 1, [0, 3]].sum(1))
     nothing, _ = circuits.backup_heads(model, ioi, [], means)
     assert nothing.change.abs().max() < 1e-9
 
@@ -321,3 +319,24 @@ def test_head_pruning_keeps_all_at_a_negative_threshold_and_none_at_infinity(mod
     assert kept == circuits.all_heads(model) and passes == len(kept)
     kept, _ = circuits.prune_heads(model, ioi, means, threshold=float("inf"))
     assert kept == []
+
+
+def test_head_pruning_tries_only_its_candidates(model):
+    ioi = synthetic_ioi()
+    means = circuits.head_means(model, ioi.corruptions["abc"])
+    last_layer = [h for h in circuits.all_heads(model) if h.layer == model.cfg.n_layers - 1]
+    kept, passes = circuits.prune_heads(model, ioi, means, threshold=float("inf"), candidates=last_layer)
+    assert passes == len(last_layer) and kept == [h for h in circuits.all_heads(model) if h not in last_layer]
+
+
+def test_ov_write_is_what_a_head_writes_when_it_attends_to_one_position(model):
+    tokens = prompts(0)
+    _, cache = model.run_with_cache(tokens, ["blocks.1.hook_attn_in", "blocks.1.attn.hook_v"])
+    attn = model.blocks[1].attn
+    v = cache["blocks.1.attn.hook_v"]
+    v = v.repeat_interleave(model.cfg.n_heads // v.shape[2], dim=2)
+    torch.testing.assert_close(attn.ov_write(cache["blocks.1.hook_attn_in"]), attn.head_results(v))
+    ioi = synthetic_ioi()
+    names = torch.unique(torch.cat([ioi.answers, ioi.foils]))
+    table = circuits.copy_scores_in_context(model, ioi, [circuits.Head(1, 0), circuits.Head(0, 2)], names)
+    assert list(table["head"]) == ["L1H0", "L0H2"] and table[["copying", "suppression"]].le(1).all().all()

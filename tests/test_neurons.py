@@ -48,16 +48,14 @@ def test_last_layer_neuron_direct_effect_is_its_total_effect_when_the_final_scal
     # freezing the final norm's scale makes the logits linear in the last residual, and a last-layer
     # MLP reaches the last position's logits only directly
     with model.hooks([("ln_final.hook_scale", lambda scale, hook: frozen)]):
-        table = neurons.neuron_effects(
+        direct, total = neurons.neuron_effects(
             model, clean, counter, 1, [0, 9, 33], LogitDiff(answers, foils), direction
         )
-    torch.testing.assert_close(
-        torch.tensor(table["direct effect"].tolist()),
-        torch.tensor(table["total effect"].tolist()),
-        atol=1e-5,
-        rtol=1e-4,
-    )
-    assert table["total effect"].abs().max() > 1e-4  # the patch did something
+    assert direct.shape == (3, 3)
+    torch.testing.assert_close(direct, total, atol=1e-5, rtol=1e-4)
+    assert total.abs().max() > 1e-4  # the patch did something
     # a neuron of an earlier layer also acts through the later layer: the two differ
-    early = neurons.neuron_effects(model, clean, counter, 0, [0, 9], LogitDiff(answers, foils), direction)
-    assert (early["direct effect"] - early["total effect"]).abs().max() > 1e-6
+    direct, total = neurons.neuron_effects(
+        model, clean, counter, 0, [0, 9], LogitDiff(answers, foils), direction
+    )
+    assert (direct - total).abs().max() > 1e-6

@@ -93,3 +93,12 @@ def test_t_interval_matches_the_textbook_formula():
     assert mean == 2.0 and abs((high - low) / 2 - 4.3027 / 3**0.5) < 1e-3
     with pytest.raises(ValueError):
         stats.t_interval([1.0])
+
+
+def test_bootstrap_of_a_correlation_brackets_it():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(200, generator=generator)
+    y = x + 0.5 * torch.randn(200, generator=generator)
+    r, low, high = stats.bootstrap_statistic(stats.pearson, x, y)
+    assert low < r < high and 0.8 < r < 0.95
+    assert abs(r - torch.corrcoef(torch.stack([x, y]))[0, 1].item()) < 1e-6

@@ -19,7 +19,7 @@ from torch import Tensor
 from . import attribution, heads, progress, stats
 from .behaviours import ContrastSet
 from .cache import Head
-from .model import Transformer
+from .model import Transformer, read, write
 from .patching import KLFromReference
 
 
@@ -136,17 +136,23 @@ def minimality(
 
 @torch.no_grad()
 def prune_heads(
-    model: Transformer, prompts: ContrastSet, means: list[Tensor], threshold: float
+    model: Transformer,
+    prompts: ContrastSet,
+    means: list[Tensor],
+    threshold: float,
+    candidates: list[Head] | None = None,
 ) -> tuple[list[Head], int]:
     """ACDC at the granularity of heads: visit heads from the last layer to the first and
     mean-ablate each for good if that raises KL(full model || circuit) at the last position by
     less than ``threshold``. One forward pass per head, where edge-level ACDC needs one per
-    edge. Returns the heads kept and the passes run."""
+    edge; ``candidates`` limits the search to some heads (the others are kept). Returns the
+    heads kept and the passes run."""
     reference = model(prompts.tokens)[:, -1]
     kl = KLFromReference(reference)
     ablated: list[Head] = []
     current, passes = 0.0, 0
-    for head in progress.steps(list(reversed(all_heads(model))), "ACDC over heads"):
+    order = [h for h in reversed(all_heads(model)) if candidates is None or h in set(candidates)]
+    for head in progress.steps(order, "ACDC over heads"):
         logits = model.run_with_hooks(prompts.tokens, mean_ablation_hooks(ablated + [head], means))[:, -1]
         trial = kl(logits).mean().item()
         passes += 1
@@ -189,6 +195,39 @@ def ioi_attention(model: Transformer, prompts: ContrastSet) -> pd.DataFrame:
 
 
 @torch.no_grad()
+def copy_scores_in_context(
+    model: Transformer, prompts: ContrastSet, candidates: list[Head], token_ids: Tensor
+) -> pd.DataFrame:
+    """Wang et al.'s copy score, taken in context: the residual stream at the IO position, as
+    each head reads it at its own layer, sent through the head's OV circuit and read out
+    through the unembedding. ``copying``: how often IO's logit is the highest among
+    ``token_ids`` (the names); ``suppression``: how often it is the lowest (negative name
+    movers). A row per candidate head."""
+    layers = sorted({h.layer for h in candidates})
+    _, cache = model.run_with_cache(prompts.tokens, [f"blocks.{layer}.hook_resid_pre" for layer in layers])
+    rows_of = torch.arange(len(prompts))
+    io_rank = (token_ids[None, :] == prompts.answers[:, None]).float().argmax(1)  # IO's index among the names
+    if not torch.isin(prompts.answers, token_ids).all():
+        raise ValueError("every prompt's IO must be among token_ids")
+    rows = []
+    for head in candidates:
+        block = model.blocks[head.layer]
+        x = cache["resid_pre", head.layer][rows_of, prompts.positions["IO"]][:, None]  # [prompt, 1, d_model]
+        written = write(
+            block.attn.ov_write(read(block.ln1(x), block.R_attn_in))[:, 0, head.head], block.R_attn_out
+        )
+        logits = model.direction_logits(written)[:, token_ids]  # [prompt, name]
+        rows.append(
+            {
+                "head": str(head),
+                "copying": (logits.argmax(1) == io_rank).float().mean().item(),
+                "suppression": (logits.argmin(1) == io_rank).float().mean().item(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
 def head_logit_attributions(
     model: Transformer, prompts: ContrastSet, ablate: Iterable[Head] = (), means: list[Tensor] | None = None
 ) -> Tensor:
@@ -208,8 +247,8 @@ def backup_heads(
 ) -> tuple[pd.DataFrame, dict]:
     """Self-repair (Wang et al.'s backup name movers; McGrath et al. 2023): each head's direct
     effect before and after the ``ablated`` heads are mean-ablated, with a paired bootstrap
-    interval on the change; and the totals: the direct effect the ablated heads had, what the
-    other heads gained, and the logit difference before and after."""
+    interval on the change; and, per prompt, the totals: the direct effect the ablated heads had,
+    what the other heads gained, and the logit difference before and after."""
     ablated = list(ablated)
     before = head_logit_attributions(model, prompts)
     after = head_logit_attributions(model, prompts, ablated, means)
@@ -228,12 +267,13 @@ def backup_heads(
             }
         )
     frame = pd.DataFrame(rows)
-    lost = sum(before[:, layer, h] for layer, h in ablated).mean().item() if ablated else 0.0
-    gained = frame.loc[~frame.ablated, "change"].sum()
-    totals = {
-        "direct effect of the ablated heads": lost,
-        "gained by the other heads": gained,
-        "logit difference before": ablated_logit_diff(model, prompts, [], means).mean().item(),
-        "logit difference after": ablated_logit_diff(model, prompts, ablated, means).mean().item(),
+    is_ablated = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.bool)
+    for layer, h in ablated:
+        is_ablated[layer, h] = True
+    totals = {  # per prompt, for intervals
+        "direct effect of the ablated heads": before[:, is_ablated].sum(1),
+        "gained by the other heads": (after - before)[:, ~is_ablated].sum(1),
+        "logit difference before": ablated_logit_diff(model, prompts, [], means),
+        "logit difference after": ablated_logit_diff(model, prompts, ablated, means),
     }
     return frame, totals

@@ -252,6 +252,13 @@ class Attention(nn.Module):
             out = out + linear.bias.view(n, d_head).repeat_interleave(self.cfg.n_heads // n, 0)
         return out
 
+    def ov_write(self, x: Tensor) -> Tensor:
+        """What each head would write, before ``W_O``'s bias, if it attended only to ``x``
+        (``[batch, pos, d_model]`` in the computation basis): its OV circuit applied to
+        ``x``, ``[batch, pos, head, d_model]``."""
+        v = self._project(self.W_V, x, self.cfg.kv_heads)  # [batch, pos, kv_head, d_head]
+        return self.head_results(v.repeat_interleave(self.cfg.n_heads // v.shape[2], dim=2))
+
     def head_results(self, z: Tensor) -> Tensor:
         """What each head writes, before the output bias: ``z`` ``[..., head, d_head]`` ->
         ``[..., head, d_model]``; summed over heads (plus the bias) it is the layer's output."""

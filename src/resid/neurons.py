@@ -103,16 +103,17 @@ def neuron_effects(
     neurons: list[int],
     metric: Metric,
     direction: Tensor,
-) -> pd.DataFrame:
-    """The direct and the total effect of each neuron on a task, averaged over prompts.
+) -> tuple[Tensor, Tensor]:
+    """The direct and the total effect of each neuron on a task, per prompt: ``([neuron,
+    prompt], [neuron, prompt])``, each the change when the neuron's activation takes its value
+    on the counterfactual prompt (negative: the neuron supported the clean answer).
 
-    Total effect: the change in ``metric`` when the neuron's activation (at every position)
-    takes its value on the counterfactual prompt. Direct effect: the part that goes straight
-    to the logits, the activation's change at the last position times the neuron's value
-    vector, through the final norm frozen at the clean run's scale, onto ``direction``
-    (``[batch, d_model]`` in the unembedding's space, e.g. ``W_U[answer] - W_U[foil]``). For
-    a logit-difference metric the two are in the same units; their gap is what the neuron does
-    through later layers.
+    Total effect: the change in ``metric`` when the neuron's activation (at every position) is
+    patched. Direct effect: the part that goes straight to the logits, the activation's change
+    at the last position times the neuron's value vector, through the final norm frozen at the
+    clean run's scale, onto ``direction`` (``[batch, d_model]`` in the unembedding's space,
+    e.g. ``W_U[answer] - W_U[foil]``). For a logit-difference metric the two are in the same
+    units; their gap is what the neuron does through later layers.
     """
     if model.cfg.post_norm or model.unembed is None:
         raise ValueError("neuron effects are defined for pre-norm language models")
@@ -122,7 +123,7 @@ def neuron_effects(
     base = metric(clean_logits[:, -1])
     scale = model.ln_final.scale(clean_cache[final][:, -1])  # [batch, 1]
     block = model.blocks[layer]
-    rows = []
+    direct, total = [], []
     for neuron in progress.steps(neurons, f"neuron patching, layer {layer}", show=len(neurons) > 20):
 
         def patch(acts: Tensor, hook, neuron: int = neuron) -> Tensor:
@@ -130,15 +131,12 @@ def neuron_effects(
             acts[..., neuron] = counter_cache[name][..., neuron]
             return acts
 
-        total = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]) - base
+        total.append(metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]) - base)
         change = counter_cache[name][:, -1, neuron] - clean_cache[name][:, -1, neuron]  # [batch]
         written = write(change[:, None] * block.mlp.W_out.weight[:, neuron], block.R_mlp_out)
         normed = read(model.ln_final.linear(written, scale), model.R_unembed)
-        direct = (normed.float() * direction.float()).sum(-1)
-        rows.append(
-            {"neuron": neuron, "direct effect": direct.mean().item(), "total effect": total.mean().item()}
-        )
-    return pd.DataFrame(rows)
+        direct.append((normed.float() * direction.float()).sum(-1))
+    return torch.stack(direct), torch.stack(total)
 
 
 def _decoder(model: Transformer):

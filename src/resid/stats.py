@@ -131,6 +131,33 @@ def ratio_bootstrap(
     return (numerator.double().mean() / denominator.double().mean()).item(), low.item(), high.item()
 
 
+def bootstrap_statistic(
+    statistic, *columns: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """Any statistic of paired columns (say, the correlation of two scores over the same edges)
+    with a percentile bootstrap interval that resamples rows jointly: ``(value, low, high)``."""
+    n = len(columns[0])
+    if n < 3 or any(len(c) != n for c in columns):
+        raise ValueError("a bootstrap needs paired columns of at least three rows")
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.tensor(
+        [
+            statistic(*(c[rows] for c in columns))
+            for rows in torch.randint(0, n, (n_resamples, n), generator=generator)
+        ],
+        dtype=torch.float64,
+    )
+    values = values[values.isfinite()]  # a resample with no spread has no correlation
+    tail = (1 - level) / 2
+    low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return float(statistic(*columns)), low.item(), high.item()
+
+
+def pearson(x: Tensor, y: Tensor) -> float:
+    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
+    return (x @ y / (x.norm() * y.norm())).item()
+
+
 def t_interval(values: Tensor | list[float], level: float = 0.95) -> tuple[float, float, float]:
     """The mean of a few independent values (one per training seed) with Student's t interval:
     ``(mean, low, high)``. With few seeds this is wide, and honestly so."""
