@@ -220,6 +220,26 @@ claim_rows.append(
 )
 
 # %% [markdown]
+# ### Exercise 10.1: a name mover's attention, read off the cache
+#
+# `evidence` gives the strongest name mover's mean attention from the end to IO. Compute it
+# yourself: run the discovery prompts with `model.run_with_cache`, read the head's pattern
+# with the short name `cache["pattern", layer]` (`[batch, head, query, key]`, as in
+# TransformerLens), and pick, for each prompt, the entry at query `discovery.positions["end"]`
+# and key `discovery.positions["IO"]`.
+
+# %% tags=["hide-cell", "solution"]
+_, cache = model.run_with_cache(discovery.tokens, [f"blocks.{top.layer}.attn.hook_pattern"])
+pattern = cache["pattern", top.layer][:, top.head]  # [batch, query, key]
+mine = (
+    pattern[torch.arange(len(discovery)), discovery.positions["end"], discovery.positions["IO"]].mean().item()
+)
+theirs = float(evidence.loc[evidence["head"] == str(top), "end→IO"].iloc[0])
+assert abs(mine - theirs) < 1e-5
+print(f"{top}: end→IO {mine:.3f} by hand, {theirs:.3f} from circuits.ioi_attention")
+
+
+# %% [markdown]
 # ## S-inhibition: path patching into the name movers' queries
 #
 # A name mover must know *which* name not to copy. {cite:t}`wang2023ioi` found the heads that
@@ -470,6 +490,24 @@ display(
 )
 
 # %% [markdown]
+# ### Exercise 10.2: the circuit without its name movers
+#
+# **Predict** first: with the name movers removed from the circuit (and mean-ablated like
+# every other head outside it), does the rest still prefer IO? Then compute the logit
+# difference it keeps on the held-out prompts with `circuits.ablated_logit_diff`, and check it
+# against the completeness table's row for the name movers.
+
+# %% tags=["hide-cell", "solution"]
+without_movers = [h for h in circuit if h not in name_movers]
+outside = [h for h in circuits.all_heads(model) if h not in without_movers]
+kept = circuits.ablated_logit_diff(model, held_out, outside, held_means).mean().item()
+assert abs(kept - in_circuit) < 1e-4
+print(
+    f"without its name movers the circuit keeps a logit difference of {kept:.2f} (full model {full_ld:.2f})"
+)
+
+
+# %% [markdown]
 # ## Circuit discovery: ACDC, EAP and EAP-IG on the same task
 #
 # The hand-found circuit used the Primer's evidence role by role. Discovery methods search
@@ -638,6 +676,23 @@ claim_rows.append(
     )
 )
 pd.DataFrame(neuron_rows).round(4)
+
+# %% [markdown]
+# ### Exercise 10.3: a neuron's value vector by hand
+#
+# The neuron's value vector is its column of the MLP's output matrix
+# (`model.blocks[layer].mlp.W_out.weight[:, neuron]`, `[d_model]`). Read it out through the
+# final norm's gain and the unembedding with `model.direction_logits` and check the result
+# against `neurons.value_logits`; then list the five names it favours most.
+
+# %% tags=["hide-cell", "solution"]
+value = model.blocks[layer0].mlp.W_out.weight[:, neuron0]
+mine = model.direction_logits(value[None]).detach()[0]
+theirs = neurons.value_logits(model, layer0, torch.tensor([neuron0]))[0]
+assert torch.allclose(mine.float(), theirs, atol=1e-4)
+favoured = name_ids[mine[name_ids].argsort(descending=True)[:5]]
+print("names it favours:", [tokenizer.decode([i]) for i in favoured.tolist()])
+
 
 # %% [markdown]
 # ## Attribution methods beside occlusion
