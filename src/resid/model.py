@@ -112,36 +112,33 @@ class Norm(nn.Module):
         has_bias = cfg.norm == "layernorm" and cfg.bias
         self.bias = nn.Parameter(torch.zeros(width)) if has_bias else None
         self.hook_scale = HookPoint()  # [..., 1]: the divisor, sqrt(variance or mean square + eps)
-        self.hook_normalized = HookPoint()
+        self.hook_normalized = HookPoint()  # before the gain and bias, as in TransformerLens
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.hook_scale.has_hooks():  # spelled out, so that a hook can read or freeze the scale
-            out = self.linear(x, self.hook_scale(self.scale(x)))
-            out = out if self.bias is None else out + self.bias
-        elif self.kind == "layernorm":
-            out = F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-        else:
-            wide = _wide(x)  # fp16/bf16 inputs normalise in fp32
-            out = (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
-            out = out * self.weight
-        return self.hook_normalized(out)
+        if self.hook_scale.has_hooks() or self.hook_normalized.has_hooks():
+            # spelled out, so that a hook can read or replace the scale or the normalised vector
+            normalized = self.hook_normalized((self._centred(x) / self.hook_scale(self.scale(x))).to(x.dtype))
+            out = normalized * self.weight
+            return out if self.bias is None else out + self.bias
+        if self.kind == "layernorm":
+            return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+        wide = _wide(x)  # fp16/bf16 inputs normalise in fp32
+        return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
     def scale(self, x: Tensor) -> Tensor:
         """What the norm divides by at each position: ``[..., d_model] -> [..., 1]``, in fp32."""
-        wide = _wide(x)
-        if self.kind == "layernorm":
-            wide = wide - wide.mean(-1, keepdim=True)
-        return torch.sqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return torch.sqrt(self._centred(x).pow(2).mean(-1, keepdim=True) + self.eps)
 
     def linear(self, x: Tensor, scale: Tensor | float) -> Tensor:
         """The norm with its scale given rather than measured, which makes it linear in ``x``
         (the bias is left out). With ``scale`` frozen at a residual's own, the images of its
         components sum to the normalised residual minus the bias: the direct logit attribution's
         decomposition. ``scale=1`` leaves the gain (and LayerNorm's centring) alone."""
+        return (self._centred(x) / scale).to(x.dtype) * self.weight
+
+    def _centred(self, x: Tensor) -> Tensor:
         wide = _wide(x)
-        if self.kind == "layernorm":
-            wide = wide - wide.mean(-1, keepdim=True)
-        return (wide / scale).to(x.dtype) * self.weight
+        return wide - wide.mean(-1, keepdim=True) if self.kind == "layernorm" else wide
 
 
 def _wide(x: Tensor) -> Tensor:
