@@ -75,6 +75,26 @@ def tiny_relative(kind: str):
         "neox-sequential": lambda: tf.GPTNeoXForCausalLM(
             tf.GPTNeoXConfig(**common, rotary_pct=0.5, use_parallel_residual=False)
         ),
+        "gemma2": lambda: tf.Gemma2ForCausalLM(
+            tf.Gemma2Config(
+                **common,
+                num_key_value_heads=2,
+                head_dim=16,
+                sliding_window=5,
+                query_pre_attn_scalar=20,
+                attn_logit_softcapping=5.0,
+                final_logit_softcapping=3.0,
+            )
+        ),  # fmt: skip
+        "gemma3": lambda: tf.Gemma3ForCausalLM(
+            tf.Gemma3TextConfig(
+                **common,
+                num_key_value_heads=2,
+                head_dim=16,
+                sliding_window=5,
+                layer_types=["sliding_attention", "full_attention"],
+            )
+        ),  # fmt: skip
     }
     model = builders[kind]().eval()
     with torch.no_grad():  # random norm gains and biases, so that a dropped one would show
@@ -84,7 +104,9 @@ def tiny_relative(kind: str):
     return model
 
 
-@pytest.mark.parametrize("kind", ["mistral", "qwen2", "qwen3", "olmo", "pythia", "neox-sequential"])
+@pytest.mark.parametrize(
+    "kind", ["mistral", "qwen2", "qwen3", "olmo", "pythia", "neox-sequential", "gemma2", "gemma3"]
+)
 def test_more_architectures_match_transformers(kind):
     hf = tiny_relative(kind)
     ours = from_hf(hf).eval()
@@ -93,12 +115,36 @@ def test_more_architectures_match_transformers(kind):
     )  # longer than the window
     with torch.no_grad():
         torch.testing.assert_close(ours(tokens), hf(tokens).logits, rtol=1e-4, atol=1e-4)
-    # the circuit tools run on each: the graph forward pass is the forward pass
-    from resid import patching
+    from resid import model as resid_model
+    from resid import patching, plans
+    from resid.stats import haar_rotation
 
+    # layer execution plans: the identity plan is the forward pass
+    torch.testing.assert_close(plans.run_plan(ours, tokens, plans.identity(ours.cfg.n_layers)), ours(tokens))
+    # a clean patch changes nothing
+    _, cache = ours.run_with_cache(tokens, ["blocks.1.hook_resid_mid", "blocks.0.attn.hook_z"])
+    patched = ours.run_with_hooks(tokens, [(name, lambda x, hook, v=v: v) for name, v in cache.items()])
+    torch.testing.assert_close(patched, ours(tokens), rtol=1e-5, atol=1e-5)
+    if ours.cfg.sandwich_norms:  # a normalised sum of head writes is not a sum of them
+        with pytest.raises(ValueError, match="sublayer output norms"):
+            patching.Graph.of(ours)
+        with pytest.raises(ValueError):
+            resid_model.fold_norm_gains(ours)
+        return
+    # the circuit tools run on each: the graph forward pass is the forward pass
     graph = patching.Graph.of(ours)
     logits, _, _ = patching.graph_forward(ours, tokens, torch.ones(graph.allowed.shape))
     torch.testing.assert_close(logits, ours(tokens)[:, -1], rtol=1e-4, atol=1e-4)
+    # QuaRot: fold the norms' gains, rotate the residual stream, the same function
+    if ours.cfg.norm == "layernorm" and ours.cfg.bias:
+        with pytest.raises(ValueError, match="biases"):
+            resid_model.fold_norm_gains(ours)
+        return
+    rotated = resid_model.rotate_residual(
+        resid_model.fold_norm_gains(ours), haar_rotation(ours.cfg.d_model, 0)
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(rotated(tokens), ours(tokens), rtol=1e-4, atol=1e-4)
 
 
 def test_unsupported_variants_are_named():

@@ -126,6 +126,10 @@ class ActivationCache(dict):
         """What every head of blocks ``0 .. layer - 1`` (default: all) wrote into the residual,
         without the output bias: ``[head, batch, pos, d_model]``, labelled ``L{l}H{h}``."""
         self._pre_norm_only()
+        if self.model.cfg.sandwich_norms:
+            raise ValueError(
+                "a sandwich-norm model normalises the heads' summed output: no head adds its own write"
+            )
         parts, labels = [], []
         for i in range(self.model.cfg.n_layers if layer is None else layer):
             block = self.model.blocks[i]

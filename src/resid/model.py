@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .cache import ActivationCache
 
 NORMS = ("layernorm", "rmsnorm", "basisfree")
-MLPS = ("gelu", "gelu_tanh", "swiglu")
+MLPS = ("gelu", "gelu_tanh", "swiglu", "geglu")
 ROTATIONS = ("none", "shared", "independent")
 
 HookFn = Callable[[Tensor, "HookPoint"], Tensor | None]
@@ -46,7 +46,7 @@ class Config:
     d_mlp: int = 512
     norm: str = "layernorm"  # layernorm | rmsnorm (per-channel gain) | basisfree (one scalar gain)
     norm_eps: float = 1e-5
-    mlp: str = "gelu"  # gelu | gelu_tanh (GPT-2) | swiglu (Llama)
+    mlp: str = "gelu"  # gelu | gelu_tanh (GPT-2) | swiglu (Llama) | geglu (Gemma: tanh-GELU gate)
     positional: str = "learned"  # learned | rotary
     rope_theta: float = 10000.0
     causal: bool = True
@@ -63,6 +63,13 @@ class Config:
     rotary_dim: int = 0  # 0: the whole head; fewer: GPT-NeoX/Pythia's partial rotary
     parallel: bool = False  # GPT-NeoX/Pythia: attention and MLP read the same residual
     sliding_window: int = 0  # Mistral: a query sees only the last `sliding_window` keys (0: all)
+    layer_windows: tuple[int, ...] = ()  # Gemma: each layer's window (0: global); () = sliding_window
+    local_rope_theta: float = 0.0  # Gemma 3: the rotary base of windowed layers (0: rope_theta)
+    sandwich_norms: bool = False  # Gemma 2/3: a norm on each sublayer's output too, before the add
+    embed_scale: float = 1.0  # Gemma: embeddings multiplied by sqrt(d_model)
+    attn_scale: float = 0.0  # the attention scores' scale (0: 1 / sqrt(d_head))
+    attn_softcap: float = 0.0  # Gemma 2: scores squashed to (-c, c) by c * tanh(score / c) (0: off)
+    final_softcap: float = 0.0  # Gemma 2: the logits squashed likewise (0: off)
 
     def __post_init__(self) -> None:
         for field, allowed in (("norm", NORMS), ("mlp", MLPS), ("rotation", ROTATIONS)):
@@ -80,6 +87,15 @@ class Config:
             raise ValueError(f"rotary_dim={self.rotary_dim} must be even and at most d_head={self.head_dim}")
         if self.parallel and (self.post_norm or self.attn_only):
             raise ValueError("parallel blocks need a pre-norm model with MLPs")
+        object.__setattr__(self, "layer_windows", tuple(self.layer_windows))  # JSON gives a list
+        if self.layer_windows and len(self.layer_windows) != self.n_layers:
+            raise ValueError(
+                f"layer_windows has {len(self.layer_windows)} entries for {self.n_layers} layers"
+            )
+
+    def window(self, layer: int) -> int:
+        """How many keys a query of ``layer`` sees (0: all of them)."""
+        return self.layer_windows[layer] if self.layer_windows else self.sliding_window
 
     @property
     def head_dim(self) -> int:
@@ -103,13 +119,13 @@ class HookPoint(nn.Module):
 
 
 class Norm(nn.Module):
-    def __init__(self, cfg: Config, width: int | None = None):
+    def __init__(self, cfg: Config, width: int | None = None, kind: str | None = None):
         super().__init__()
         width = width or cfg.d_model  # the residual's, or a head's for QK-norm
-        self.kind, self.eps = cfg.norm, cfg.norm_eps
+        self.kind, self.eps = kind or cfg.norm, cfg.norm_eps
         # The basis-free norm has one scalar gain: a per-channel gain would pick out the basis.
-        self.weight = nn.Parameter(torch.ones(1 if cfg.norm == "basisfree" else width))
-        has_bias = cfg.norm == "layernorm" and cfg.bias
+        self.weight = nn.Parameter(torch.ones(1 if self.kind == "basisfree" else width))
+        has_bias = self.kind == "layernorm" and cfg.bias
         self.bias = nn.Parameter(torch.zeros(width)) if has_bias else None
         self.hook_scale = HookPoint()  # [..., 1]: the divisor, sqrt(variance or mean square + eps)
         self.hook_normalized = HookPoint()  # before the gain and bias, as in TransformerLens
@@ -167,16 +183,21 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, layer: int = 0):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.window = cfg, cfg.window(layer)
+        self.scale = cfg.attn_scale or 1 / math.sqrt(cfg.head_dim)
+        if self.window and cfg.local_rope_theta and cfg.positional == "rotary":  # Gemma 3's local layers
+            cos, sin = rotary_tables(replace(cfg, rope_theta=cfg.local_rope_theta), cfg.n_ctx)
+            self.register_buffer("local_rope_cos", cos, persistent=False)
+            self.register_buffer("local_rope_sin", sin, persistent=False)
         d_q, d_kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         self.W_Q = nn.Linear(cfg.d_model, d_q, bias=cfg.bias or cfg.qkv_bias)
         self.W_K = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias or cfg.qkv_bias)
         self.W_V = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias or cfg.qkv_bias)
         self.W_O = nn.Linear(d_q, cfg.d_model, bias=cfg.bias)
-        if cfg.qk_norm:
-            self.q_norm, self.k_norm = Norm(cfg, cfg.head_dim), Norm(cfg, cfg.head_dim)
+        if cfg.qk_norm:  # RMSNorm inside each head, whatever normalises the residual stream
+            self.q_norm, self.k_norm = (Norm(cfg, cfg.head_dim, "rmsnorm") for _ in "qk")
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # each head's output before W_O: [batch, pos, head, d_head]
@@ -215,6 +236,9 @@ class Attention(nn.Module):
         v = self.hook_v(self._project(self.W_V, value_input, cfg.kv_heads))
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None and hasattr(self, "local_rope_cos"):
+            n = q.shape[1]
+            rope = (self.local_rope_cos[:n].to(q.dtype), self.local_rope_sin[:n].to(q.dtype))
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # [batch, head, pos, d_head]
@@ -224,17 +248,21 @@ class Attention(nn.Module):
         if v.shape[1] < cfg.n_heads:
             v = v.repeat_interleave(cfg.n_heads // v.shape[1], dim=1)
         n_pos = q.shape[2]
-        if cfg.sliding_window and n_pos > cfg.sliding_window:
-            window = sliding_window_mask(n_pos, cfg.sliding_window, q.dtype, q.device)
+        if self.window and n_pos > self.window:
+            window = sliding_window_mask(n_pos, self.window, q.dtype, q.device)
             mask = window if mask is None else torch.minimum(mask, window)
-        if self.hook_pattern.has_hooks():
+        if self.hook_pattern.has_hooks() or cfg.attn_softcap:
             if mask is None:
                 mask = additive_mask(n_pos, cfg.causal, None, q.dtype, q.device)
-            scores = q @ k.transpose(-1, -2) / math.sqrt(cfg.head_dim) + mask
-            z = self.hook_pattern(scores.softmax(-1)) @ v
+            scores = q @ k.transpose(-1, -2) * self.scale
+            if cfg.attn_softcap:
+                scores = cfg.attn_softcap * torch.tanh(scores / cfg.attn_softcap)
+            z = self.hook_pattern((scores + mask).softmax(-1)) @ v
         else:  # the fused kernel is faster, but never materialises the pattern
             causal = mask is None and cfg.causal
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+            z = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, scale=cfg.attn_scale or None
+            )
         return self.hook_z(z.transpose(1, 2))
 
     def _project(self, linear: nn.Linear, x: Tensor, n: int) -> Tensor:
@@ -268,13 +296,16 @@ class MLP(nn.Module):
         super().__init__()
         self.kind = cfg.mlp
         self.W_in = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias)
-        self.W_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias) if cfg.mlp == "swiglu" else None
+        gated = cfg.mlp in ("swiglu", "geglu")
+        self.W_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias) if gated else None
         self.W_out = nn.Linear(cfg.d_mlp, cfg.d_model, bias=cfg.bias)
         self.hook_post = HookPoint()  # the neurons' activations
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.W_in(x)
-        if self.W_gate is not None:
+        if self.kind == "geglu":
+            h = F.gelu(self.W_gate(x), approximate="tanh") * h
+        elif self.W_gate is not None:
             h = F.silu(self.W_gate(x)) * h
         else:
             h = F.gelu(h, approximate="tanh" if self.kind == "gelu_tanh" else "none")
@@ -282,11 +313,14 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: Config, rotations: dict[str, Tensor | None]):
+    def __init__(self, cfg: Config, rotations: dict[str, Tensor | None], layer: int = 0):
         super().__init__()
         self.post_norm, self.parallel = cfg.post_norm, cfg.parallel
-        self.ln1, self.attn = Norm(cfg), Attention(cfg)
+        self.ln1, self.attn = Norm(cfg), Attention(cfg, layer)
         self.ln2, self.mlp = (None, None) if cfg.attn_only else (Norm(cfg), MLP(cfg))
+        if cfg.sandwich_norms:  # Gemma: each sublayer's output is normalised before it is added
+            self.ln1_post = Norm(cfg)
+            self.ln2_post = None if cfg.attn_only else Norm(cfg)
         for name, matrix in rotations.items():
             self.register_buffer(name, matrix, persistent=False)
         self.hook_resid_pre = HookPoint()
@@ -312,8 +346,11 @@ class Block(nn.Module):
         ``[batch, pos, d_model]`` or one per head ``[batch, pos, head, d_model]``; each goes
         through the block's own norm and rotation before the head reads it.
         """
-        if self.post_norm:
-            raise ValueError("a post-norm block does not read the residual through a norm of its own")
+        if self.post_norm or hasattr(self, "ln1_post"):
+            raise ValueError(
+                "the residual is not a sum of head writes here: a post-norm or sandwich-norm block "
+                "normalises the attention's output as a whole"
+            )
         streams = [x, key_input, value_input]
         q_in, k_in, v_in = (None if s is None else read(self.ln1(s), self.R_attn_in) for s in streams)
         z = self.attn.attend(q_in, rope, mask, k_in, v_in)
@@ -329,7 +366,8 @@ class Block(nn.Module):
             mlp_out = self.hook_mlp_out(self.mlp(self.hook_mlp_in(x)))
             return self.hook_resid_post(self.ln2(x + mlp_out))
         attn_in = self.hook_attn_in(read(self.ln1(x), self.R_attn_in))
-        attn_out = self.hook_attn_out(write(self.attn(attn_in, rope, mask), self.R_attn_out))
+        attn_out = write(self.attn(attn_in, rope, mask), self.R_attn_out)
+        attn_out = self.hook_attn_out(self.ln1_post(attn_out) if hasattr(self, "ln1_post") else attn_out)
         if self.parallel:  # the MLP reads the residual the attention read, not its sum with it
             mlp_in = self.hook_mlp_in(read(self.ln2(x), self.R_mlp_in))
             mlp_out = self.hook_mlp_out(write(self.mlp(mlp_in), self.R_mlp_out))
@@ -338,7 +376,8 @@ class Block(nn.Module):
         if self.mlp is None:
             return self.hook_resid_post(x)
         mlp_in = self.hook_mlp_in(read(self.ln2(x), self.R_mlp_in))
-        mlp_out = self.hook_mlp_out(write(self.mlp(mlp_in), self.R_mlp_out))
+        mlp_out = write(self.mlp(mlp_in), self.R_mlp_out)
+        mlp_out = self.hook_mlp_out(self.ln2_post(mlp_out) if hasattr(self, "ln2_post") else mlp_out)
         return self.hook_resid_post(x + mlp_out)
 
 
@@ -387,7 +426,7 @@ class Transformer(nn.Module):
         self.register_buffer("R_embed", rotations.pop(), persistent=False)
         self.hook_embed = HookPoint()
         self.blocks = nn.ModuleList(
-            Block(cfg, {name: rotations.pop() for name in BLOCK_ROTATIONS}) for _ in range(cfg.n_layers)
+            Block(cfg, {name: rotations.pop() for name in BLOCK_ROTATIONS}, i) for i in range(cfg.n_layers)
         )
         self.ln_final = None if cfg.post_norm else Norm(cfg)
         self.register_buffer("R_unembed", rotations.pop(), persistent=False)
@@ -429,6 +468,8 @@ class Transformer(nn.Module):
         if tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(f"{tokens.shape[1]} positions exceed the model's context of {self.cfg.n_ctx}")
         x = self.embed(tokens)
+        if self.cfg.embed_scale != 1.0:
+            x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype)  # rounded as Gemma rounds it
         if self.pos_embed is not None:
             x = x + self.pos_embed(torch.arange(tokens.shape[1], device=tokens.device))
         if self.embed_ln is not None:
@@ -455,12 +496,18 @@ class Transformer(nn.Module):
         if self.ln_final is not None:
             x = self.ln_final(x)
         x = read(x, self.R_unembed)
-        return x if self.unembed is None else self.unembed(x)
+        if self.unembed is None:
+            return x
+        logits = self.unembed(x)
+        if self.cfg.final_softcap:
+            logits = self.cfg.final_softcap * torch.tanh(logits / self.cfg.final_softcap)
+        return logits
 
     def direction_logits(self, x: Tensor) -> Tensor:
         """The logits a write ``x`` into the final residual adds, through the final norm's gain
         (and LayerNorm's centring) but not its scale, which depends on the whole residual:
-        the linear read-out by which a head's or a neuron's output direction promotes tokens."""
+        the linear read-out by which a head's or a neuron's output direction promotes tokens
+        (before any soft-capping of the logits, which is not linear)."""
         if self.ln_final is not None:
             x = self.ln_final.linear(x, 1.0)
         return self.unembed(read(x, self.R_unembed))
@@ -592,8 +639,11 @@ def fold_norm_gains(model: Transformer) -> Transformer:
     instead, so the stream always has zero mean and the norm reduces to an RMS norm.
     """
     cfg = model.cfg
-    if cfg.norm == "basisfree" or cfg.post_norm or cfg.rotation != "none":
-        raise ValueError("fold_norm_gains needs a pre-norm LayerNorm or RMSNorm model without rotations")
+    if cfg.norm == "basisfree" or cfg.post_norm or cfg.rotation != "none" or cfg.sandwich_norms:
+        raise ValueError(
+            "fold_norm_gains needs a pre-norm LayerNorm or RMSNorm model without rotations or sublayer "
+            "output norms (whose gains act on the residual's own coordinates)"
+        )
     if cfg.norm == "layernorm" and cfg.bias:
         raise ValueError("folding a LayerNorm with biases is not supported")
     state = _full_state(model)

@@ -202,8 +202,11 @@ class Graph:
         """``split_qkv`` gives every head three downstream nodes, ``L{l}H{h}.q``, ``.k`` and
         ``.v`` (its query, key and value inputs), so that an edge can end in a head's query alone."""
         cfg = model.cfg
-        if cfg.post_norm:
-            raise ValueError("edges are defined for pre-norm models, whose residual is a sum of writes")
+        if cfg.post_norm or cfg.sandwich_norms:
+            raise ValueError(
+                "edges are defined for pre-norm models without sublayer output norms, whose residual "
+                "is a sum of head and MLP writes"
+            )
         upstream, downstream, order_up, order_down = ["embed"], [], [0], []
         for layer in range(cfg.n_layers):
             heads = [f"L{layer}H{h}" for h in range(cfg.n_heads)]
