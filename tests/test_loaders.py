@@ -46,12 +46,47 @@ def tiny_hf(kind: str):
     return model.eval()
 
 
+def check_the_tools_run_on(ours, tokens) -> None:
+    """Layer plans, patching, the edge graph and QuaRot's fold-and-rotate on a converted model."""
+    from resid import model as resid_model
+    from resid import patching, plans
+    from resid.stats import haar_rotation
+
+    # layer execution plans: the identity plan is the forward pass
+    torch.testing.assert_close(plans.run_plan(ours, tokens, plans.identity(ours.cfg.n_layers)), ours(tokens))
+    # a clean patch changes nothing
+    _, cache = ours.run_with_cache(tokens, ["blocks.1.hook_resid_mid", "blocks.0.attn.hook_z"])
+    patched = ours.run_with_hooks(tokens, [(name, lambda x, hook, v=v: v) for name, v in cache.items()])
+    torch.testing.assert_close(patched, ours(tokens), rtol=1e-5, atol=1e-5)
+    if ours.cfg.sandwich_norms:  # a normalised sum of head writes is not a sum of them
+        with pytest.raises(ValueError, match="sublayer output norms"):
+            patching.Graph.of(ours)
+        with pytest.raises(ValueError):
+            resid_model.fold_norm_gains(ours)
+        return
+    # the circuit tools run on each: the graph forward pass is the forward pass
+    graph = patching.Graph.of(ours)
+    logits, _, _ = patching.graph_forward(ours, tokens, torch.ones(graph.allowed.shape))
+    torch.testing.assert_close(logits, ours(tokens)[:, -1], rtol=1e-4, atol=1e-4)
+    # QuaRot: fold the norms' gains, rotate the residual stream, the same function
+    if ours.cfg.norm == "layernorm" and ours.cfg.bias:
+        with pytest.raises(ValueError, match="biases"):
+            resid_model.fold_norm_gains(ours)
+        return
+    rotated = resid_model.rotate_residual(
+        resid_model.fold_norm_gains(ours), haar_rotation(ours.cfg.d_model, 0)
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(rotated(tokens), ours(tokens), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 def test_decoder_conversion_matches_transformers(kind):
     hf = tiny_hf(kind)
     ours = from_hf(hf).eval()
     with torch.no_grad():
         torch.testing.assert_close(ours(TOKENS), hf(TOKENS).logits, rtol=1e-5, atol=1e-5)
+    check_the_tools_run_on(ours, TOKENS)
 
 
 def tiny_relative(kind: str):
@@ -115,36 +150,7 @@ def test_more_architectures_match_transformers(kind):
     )  # longer than the window
     with torch.no_grad():
         torch.testing.assert_close(ours(tokens), hf(tokens).logits, rtol=1e-4, atol=1e-4)
-    from resid import model as resid_model
-    from resid import patching, plans
-    from resid.stats import haar_rotation
-
-    # layer execution plans: the identity plan is the forward pass
-    torch.testing.assert_close(plans.run_plan(ours, tokens, plans.identity(ours.cfg.n_layers)), ours(tokens))
-    # a clean patch changes nothing
-    _, cache = ours.run_with_cache(tokens, ["blocks.1.hook_resid_mid", "blocks.0.attn.hook_z"])
-    patched = ours.run_with_hooks(tokens, [(name, lambda x, hook, v=v: v) for name, v in cache.items()])
-    torch.testing.assert_close(patched, ours(tokens), rtol=1e-5, atol=1e-5)
-    if ours.cfg.sandwich_norms:  # a normalised sum of head writes is not a sum of them
-        with pytest.raises(ValueError, match="sublayer output norms"):
-            patching.Graph.of(ours)
-        with pytest.raises(ValueError):
-            resid_model.fold_norm_gains(ours)
-        return
-    # the circuit tools run on each: the graph forward pass is the forward pass
-    graph = patching.Graph.of(ours)
-    logits, _, _ = patching.graph_forward(ours, tokens, torch.ones(graph.allowed.shape))
-    torch.testing.assert_close(logits, ours(tokens)[:, -1], rtol=1e-4, atol=1e-4)
-    # QuaRot: fold the norms' gains, rotate the residual stream, the same function
-    if ours.cfg.norm == "layernorm" and ours.cfg.bias:
-        with pytest.raises(ValueError, match="biases"):
-            resid_model.fold_norm_gains(ours)
-        return
-    rotated = resid_model.rotate_residual(
-        resid_model.fold_norm_gains(ours), haar_rotation(ours.cfg.d_model, 0)
-    )
-    with torch.no_grad():
-        torch.testing.assert_close(rotated(tokens), ours(tokens), rtol=1e-4, atol=1e-4)
+    check_the_tools_run_on(ours, tokens)
 
 
 def test_unsupported_variants_are_named():
