@@ -2,8 +2,10 @@
 
 The naive reference patches one head (or one layer x position of the residual stream) at a
 time with a hook and runs the whole model. ``resid.patching`` runs every patch of a layer in
-one batch that starts from the cached residual stream at that layer. Also printed: EAP's time
-for all edges against exact patching, one forward per edge (measured on a sample, scaled).
+one batch that starts from the cached residual stream at that layer; a residual patch at
+position p also keeps the clean keys and values of the positions before p and recomputes only
+the positions from p on. Also printed: EAP's time for all edges against exact patching, one
+forward per edge (measured on a sample, scaled).
 """
 
 import time

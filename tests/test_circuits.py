@@ -340,3 +340,30 @@ def test_ov_write_is_what_a_head_writes_when_it_attends_to_one_position(model):
     names = torch.unique(torch.cat([ioi.answers, ioi.foils]))
     table = circuits.copy_scores_in_context(model, ioi, [circuits.Head(1, 0), circuits.Head(0, 2)], names)
     assert list(table["head"]) == ["L1H0", "L0H2"] and table[["copying", "suppression"]].le(1).all().all()
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [*ARCHITECTURES.values(), replace(ARCHITECTURES["llama-like"], sliding_window=3, n_ctx=16)],
+    ids=[*ARCHITECTURES, "windowed"],
+)
+def test_residual_patching_from_each_position_equals_one_forward_per_patch(cfg):
+    model = random_model(cfg)
+    clean, corrupt = prompts(0), prompts(1)
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
+    values = patching.interventions(model, clean, corrupt, names)["resample"]
+    metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    naive = torch.zeros(cfg.n_layers, clean.shape[1])
+    for layer, name in enumerate(names):
+        for position in range(clean.shape[1]):
+
+            def patch(x, hook, name=name, position=position):
+                x = x.clone()
+                x[:, position] = values[name][:, position]
+                return x
+
+            naive[layer, position] = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]).mean()
+    for per_pass in (1, 3):
+        fast = patching.patch_residual(model, clean, values, metric, positions_per_pass=per_pass)
+        torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(naive, naive[0, 0])  # patches differ: the test can fail

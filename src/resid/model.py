@@ -199,6 +199,7 @@ class Attention(nn.Module):
         if cfg.qk_norm:  # RMSNorm inside each head, whatever normalises the residual stream
             self.q_norm, self.k_norm = (Norm(cfg, cfg.head_dim, "rmsnorm") for _ in "qk")
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()  # after QK-norm and the rotary map
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # each head's output before W_O: [batch, pos, head, d_head]
 
@@ -209,8 +210,9 @@ class Attention(nn.Module):
         mask: Tensor | None,
         key_input: Tensor | None = None,
         value_input: Tensor | None = None,
+        prefix: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        z = self.attend(x, rope, mask, key_input, value_input)
+        z = self.attend(x, rope, mask, key_input, value_input, prefix)
         return self.W_O(z.flatten(2))  # [batch, pos, head * d_head] -> [batch, pos, d_model]
 
     def attend(
@@ -220,6 +222,7 @@ class Attention(nn.Module):
         mask: Tensor | None,
         key_input: Tensor | None = None,
         value_input: Tensor | None = None,
+        prefix: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """Every head's output before ``W_O``: ``[batch, pos, head, d_head]``.
 
@@ -227,8 +230,16 @@ class Attention(nn.Module):
         (default: ``x``). Each is ``[batch, pos, d_model]``, read by every head, or ``[batch,
         pos, head, d_model]``, each head reading its own: what path patching and the edge
         methods need, so that they run this one implementation of attention.
+
+        ``prefix`` holds the keys (as ``hook_rot_k`` holds them) and values of the positions
+        before ``x``, ``[batch, start, kv_head, d_head]`` each: ``x`` is then the sequence from
+        position ``start`` on (and ``rope`` its rows of the rotary tables), so that a patch at
+        ``start`` reruns only the positions it can change.
         """
         cfg = self.cfg
+        start = 0 if prefix is None else prefix[0].shape[1]
+        if prefix is not None and x.dim() == 4:
+            raise ValueError("a key/value prefix needs one input for every head")
         key_input = x if key_input is None else key_input
         value_input = x if value_input is None else value_input
         q = self.hook_q(self._project(self.W_Q, x, cfg.n_heads))
@@ -237,10 +248,14 @@ class Attention(nn.Module):
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None and hasattr(self, "local_rope_cos"):
-            n = q.shape[1]
-            rope = (self.local_rope_cos[:n].to(q.dtype), self.local_rope_sin[:n].to(q.dtype))
+            positions = slice(start, start + q.shape[1])
+            rope = (self.local_rope_cos[positions].to(q.dtype), self.local_rope_sin[positions].to(q.dtype))
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        q, k = self.hook_rot_q(q), self.hook_rot_k(k)
+        if prefix is not None:
+            k, v = torch.cat([prefix[0], k], dim=1), torch.cat([prefix[1], v], dim=1)
+            mask = causal_mask(q.shape[1], start, self.window, q.dtype, q.device)
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))  # [batch, head, pos, d_head]
         if k.shape[1] < cfg.n_heads:  # grouped-query attention: each key/value head serves a group
             group = cfg.n_heads // k.shape[1]
@@ -248,8 +263,8 @@ class Attention(nn.Module):
         if v.shape[1] < cfg.n_heads:
             v = v.repeat_interleave(cfg.n_heads // v.shape[1], dim=1)
         n_pos = q.shape[2]
-        if self.window and n_pos > self.window:
-            window = sliding_window_mask(n_pos, self.window, q.dtype, q.device)
+        if prefix is None and self.window and n_pos > self.window:
+            window = causal_mask(n_pos, 0, self.window, q.dtype, q.device)
             mask = window if mask is None else torch.minimum(mask, window)
         if self.hook_pattern.has_hooks() or cfg.attn_softcap:
             if mask is None:
@@ -356,7 +371,13 @@ class Block(nn.Module):
         z = self.attn.attend(q_in, rope, mask, k_in, v_in)
         return write(self.attn.head_results(z), self.R_attn_out)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None, mask: Tensor | None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        mask: Tensor | None,
+        prefix: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
         x = self.hook_resid_pre(x)
         if self.post_norm:
             attn_out = self.hook_attn_out(self.attn(self.hook_attn_in(x), rope, mask))
@@ -366,7 +387,7 @@ class Block(nn.Module):
             mlp_out = self.hook_mlp_out(self.mlp(self.hook_mlp_in(x)))
             return self.hook_resid_post(self.ln2(x + mlp_out))
         attn_in = self.hook_attn_in(read(self.ln1(x), self.R_attn_in))
-        attn_out = write(self.attn(attn_in, rope, mask), self.R_attn_out)
+        attn_out = write(self.attn(attn_in, rope, mask, prefix=prefix), self.R_attn_out)
         attn_out = self.hook_attn_out(self.ln1_post(attn_out) if hasattr(self, "ln1_post") else attn_out)
         if self.parallel:  # the MLP reads the residual the attention read, not its sum with it
             mlp_in = self.hook_mlp_in(read(self.ln2(x), self.R_mlp_in))
@@ -394,11 +415,16 @@ def additive_mask(
     return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
 
 
-def sliding_window_mask(n: int, window: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """``[1, 1, query, key]``: causal, and a query at i sees only keys i - window < j <= i."""
-    query, key = torch.arange(n, device=device)[:, None], torch.arange(n, device=device)[None, :]
-    blocked = (key > query) | (query - key >= window)
-    return torch.zeros(1, 1, n, n, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
+def causal_mask(n_query: int, start: int, window: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``[1, 1, query, key]`` for queries at positions ``start ..`` and keys from 0: a query at i
+    sees keys j <= i, and with a ``window`` only those with i - window < j."""
+    query = torch.arange(start, start + n_query, device=device)[:, None]
+    key = torch.arange(start + n_query, device=device)[None, :]
+    blocked = key > query
+    if window:
+        blocked = blocked | (query - key >= window)
+    mask = torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
+    return mask[None, None]
 
 
 def read(x: Tensor, rotation: Tensor | None) -> Tensor:

@@ -102,25 +102,66 @@ def interventions(
 
 @torch.no_grad()
 def patch_residual(
-    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric, chunk: int = 512
+    model: Transformer,
+    tokens: Tensor,
+    replacements: dict[str, Tensor],
+    metric: Metric,
+    chunk: int = 512,
+    positions_per_pass: int = 2,
 ) -> Tensor:
     """Patch the residual stream at one layer and one position at a time: ``[layer, position]``
     (``[layer, position, k]`` for a metric that returns k values), averaged over prompts.
 
     ``replacements[f"blocks.{l}.hook_resid_pre"]`` holds the values (``[batch, pos, d_model]``).
-    Every position of a layer is patched in one batched pass that starts at that layer.
+    Patches run batched from their layer on. In a causal model a patch at position p cannot
+    change the positions before it, so those keep the clean run's keys and values and only
+    the positions from p on are recomputed (``positions_per_pass`` neighbouring positions share
+    one batch, which starts at the first of them).
     """
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, names)
+    cfg = model.cfg
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
+    suffix = cfg.causal and not cfg.post_norm
+    kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
+    _, cache = model.run_with_cache(tokens, names + (kv_names if suffix else []))
     batch, n_pos = tokens.shape
     result = []
     for layer, name in enumerate(progress.steps(names, "residual patching, by layer")):
-        x = cache[name].unsqueeze(0).repeat(n_pos, 1, 1, 1)  # [patched position, batch, pos, d]
-        positions = torch.arange(n_pos)
-        x[positions, :, positions] = replacements[name].transpose(0, 1)
-        values = _batched(lambda xs, layer=layer: _run_from(model, xs, layer), x.flatten(0, 1), chunk)
-        result.append(metric(values.view(n_pos, batch, -1)).mean(1))
+        if not suffix:
+            x = cache[name].unsqueeze(0).repeat(n_pos, 1, 1, 1)  # [patched position, batch, pos, d]
+            positions = torch.arange(n_pos)
+            x[positions, :, positions] = replacements[name].transpose(0, 1)
+            values = _batched(lambda xs, layer=layer: _run_from(model, xs, layer), x.flatten(0, 1), chunk)
+            result.append(metric(values.view(n_pos, batch, -1)).mean(1))
+            continue
+        per_position = []
+        for first in range(0, n_pos, positions_per_pass):
+            group = torch.arange(first, min(first + positions_per_pass, n_pos))
+            x = (
+                cache[name][:, first:].unsqueeze(0).repeat(len(group), 1, 1, 1)
+            )  # [patch, batch, pos from first, d]
+            x[torch.arange(len(group)), :, group - first] = replacements[name][:, group].transpose(0, 1)
+            prefix = {
+                i: tuple(
+                    cache[f"blocks.{i}.attn.{h}"][:, :first].repeat(len(group), 1, 1, 1)
+                    for h in ("hook_rot_k", "hook_v")
+                )
+                for i in range(layer, cfg.n_layers)
+            }
+            values = _run_suffix(model, x.flatten(0, 1), layer, first, prefix)
+            per_position.append(metric(values.view(len(group), batch, -1)).mean(1))
+        result.append(torch.cat(per_position))
     return torch.stack(result).float().cpu()
+
+
+def _run_suffix(model: Transformer, x: Tensor, layer: int, start: int, prefix: dict[int, tuple]) -> Tensor:
+    """Finish a forward pass from block ``layer`` for the positions from ``start`` on, the
+    earlier ones read from ``prefix`` (each block's clean keys and values); last-position logits."""
+    rope, _ = model.context(start + x.shape[1])
+    if rope is not None:
+        rope = (rope[0][start:], rope[1][start:])
+    for i, block in enumerate(model.blocks[layer:], layer):
+        x = block(x, rope, None, prefix=prefix[i] if start else None)
+    return model.head(x[:, -1])
 
 
 @torch.no_grad()
