@@ -203,17 +203,9 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # each head's output before W_O: [batch, pos, head, d_head]
 
-    def forward(
-        self,
-        x: Tensor,
-        rope: tuple[Tensor, Tensor] | None,
-        mask: Tensor | None,
-        key_input: Tensor | None = None,
-        value_input: Tensor | None = None,
-        prefix: tuple[Tensor, Tensor] | None = None,
-    ) -> Tensor:
-        z = self.attend(x, rope, mask, key_input, value_input, prefix)
-        return self.W_O(z.flatten(2))  # [batch, pos, head * d_head] -> [batch, pos, d_model]
+    def forward(self, *args, **kwargs) -> Tensor:
+        """``attend`` (same arguments), then ``W_O``: ``[batch, pos, d_model]``."""
+        return self.W_O(self.attend(*args, **kwargs).flatten(2))  # [batch, pos, head * d_head] -> d_model
 
     def attend(
         self,
