@@ -110,6 +110,9 @@ def tiny_relative(kind: str):
         "neox-sequential": lambda: tf.GPTNeoXForCausalLM(
             tf.GPTNeoXConfig(**common, rotary_pct=0.5, use_parallel_residual=False)
         ),
+        "phi3": lambda: tf.Phi3ForCausalLM(
+            tf.Phi3Config(**common, num_key_value_heads=2, partial_rotary_factor=0.5, sliding_window=6)
+        ),
         "gemma2": lambda: tf.Gemma2ForCausalLM(
             tf.Gemma2Config(
                 **common,
@@ -140,7 +143,7 @@ def tiny_relative(kind: str):
 
 
 @pytest.mark.parametrize(
-    "kind", ["mistral", "qwen2", "qwen3", "olmo", "pythia", "neox-sequential", "gemma2", "gemma3"]
+    "kind", ["mistral", "qwen2", "qwen3", "olmo", "phi3", "pythia", "neox-sequential", "gemma2", "gemma3"]
 )
 def test_more_architectures_match_transformers(kind):
     hf = tiny_relative(kind)

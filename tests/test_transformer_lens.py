@@ -44,7 +44,7 @@ def bridge_cache(hf, tokenizer) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "kind", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "pythia", "gemma2", "gemma3"]
+    "kind", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo", "phi3", "pythia", "gemma2", "gemma3"]
 )
 def test_activations_match_transformer_lens(kind, tokenizer):
     hf = tiny_hf(kind) if kind in ("gpt2", "llama") else tiny_relative(kind)

