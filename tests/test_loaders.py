@@ -124,6 +124,33 @@ def tiny_relative(kind: str):
                 final_logit_softcapping=3.0,
             )
         ),  # fmt: skip
+        "llama3.1": lambda: tf.LlamaForCausalLM(
+            tf.LlamaConfig(
+                **common,
+                num_key_value_heads=2,
+                rope_parameters={
+                    "rope_type": "llama3",
+                    "rope_theta": 500000.0,
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8,
+                },
+            )
+        ),  # fmt: skip
+        "gemma3-scaled": lambda: tf.Gemma3ForCausalLM(
+            tf.Gemma3TextConfig(
+                **common,
+                num_key_value_heads=2,
+                head_dim=16,
+                sliding_window=5,
+                layer_types=["sliding_attention", "full_attention"],
+                rope_parameters={
+                    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                },
+            )
+        ),  # fmt: skip
         "gemma3": lambda: tf.Gemma3ForCausalLM(
             tf.Gemma3TextConfig(
                 **common,
@@ -143,8 +170,10 @@ def tiny_relative(kind: str):
 
 
 @pytest.mark.parametrize(
-    "kind", ["mistral", "qwen2", "qwen3", "olmo", "phi3", "pythia", "neox-sequential", "gemma2", "gemma3"]
-)
+    "kind",
+    ["mistral", "qwen2", "qwen3", "olmo", "phi3", "pythia", "neox-sequential", "gemma2", "gemma3", "llama3.1",
+     "gemma3-scaled"],
+)  # fmt: skip
 def test_more_architectures_match_transformers(kind):
     hf = tiny_relative(kind)
     ours = from_hf(hf).eval()

@@ -263,9 +263,21 @@ LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "olmo", "phi3")
 
 def _rope(c) -> dict:
     rope = getattr(c, "rope_parameters", None) or {"rope_type": "default", "rope_theta": c.rope_theta}
-    if rope.get("rope_type", "default") != "default":
-        raise UnknownModelError(f"rope scaling {rope['rope_type']!r} is not supported (plain rotary only)")
+    if rope.get("rope_type", "default") not in ("default", "linear", "llama3"):
+        raise UnknownModelError(
+            f"rope scaling {rope['rope_type']!r} is not supported (linear and llama3 are)"
+        )
     return rope
+
+
+def _rope_scaling(rope: dict) -> tuple:
+    kind = rope.get("rope_type", "default")
+    if kind == "linear":
+        return ("linear", rope["factor"])
+    if kind == "llama3":
+        keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        return ("llama3", *(rope[k] for k in keys))
+    return ()
 
 
 def _sliding_window(c) -> int:
@@ -319,7 +331,7 @@ def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         norm_eps=1e-5 if kind == "olmo" else c.rms_norm_eps, mlp="swiglu", positional="rotary",
         rope_theta=_rope(c)["rope_theta"], bias=False, tie_embeddings=bool(c.tie_word_embeddings),
         qkv_bias=kind == "qwen2", qk_norm=kind == "qwen3", sliding_window=_sliding_window(c),
-        rotary_dim=_rotary_dim(c),
+        rotary_dim=_rotary_dim(c), rope_scaling=_rope_scaling(_rope(c)),
     )  # fmt: skip
     if kind != "qwen2" and (getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False)):
         raise UnknownModelError(f"{kind} models with linear biases are not supported")
@@ -365,9 +377,13 @@ def _from_gemma(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         global_rope, local_rope = rope["full_attention"], rope["sliding_attention"]
     else:
         global_rope = local_rope = rope
-    for r in (global_rope, local_rope):
-        if r.get("rope_type", "default") != "default":
-            raise UnknownModelError(f"rope scaling {r['rope_type']!r} is not supported (plain rotary only)")
+    if local_rope.get("rope_type", "default") != "default" or global_rope.get("rope_type", "default") not in (
+        "default",
+        "linear",
+    ):
+        raise UnknownModelError(
+            "Gemma with rope scaling other than linear on its global layers is not supported"
+        )
     types = c.layer_types or ["full_attention"] * c.num_hidden_layers
     gemma3 = c.model_type == "gemma3_text"
     cfg = Config(
@@ -378,6 +394,7 @@ def _from_gemma(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         tie_embeddings=bool(getattr(c, "tie_word_embeddings", True)), qk_norm=gemma3, sandwich_norms=True,
         layer_windows=tuple(c.sliding_window if t == "sliding_attention" else 0 for t in types),
         local_rope_theta=0.0 if local_rope == global_rope else local_rope["rope_theta"],
+        rope_scaling=_rope_scaling(global_rope),
         embed_scale=c.hidden_size**0.5, attn_scale=c.query_pre_attn_scalar**-0.5,
         attn_softcap=c.attn_logit_softcapping or 0.0, final_softcap=c.final_logit_softcapping or 0.0,
     )  # fmt: skip

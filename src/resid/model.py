@@ -65,6 +65,7 @@ class Config:
     sliding_window: int = 0  # Mistral: a query sees only the last `sliding_window` keys (0: all)
     layer_windows: tuple[int, ...] = ()  # Gemma: each layer's window (0: global); () = sliding_window
     local_rope_theta: float = 0.0  # Gemma 3: the rotary base of windowed layers (0: rope_theta)
+    rope_scaling: tuple = ()  # ("linear", factor) or ("llama3", factor, low, high, original context)
     sandwich_norms: bool = False  # Gemma 2/3: a norm on each sublayer's output too, before the add
     embed_scale: float = 1.0  # Gemma: embeddings multiplied by sqrt(d_model)
     attn_scale: float = 0.0  # the attention scores' scale (0: 1 / sqrt(d_head))
@@ -88,6 +89,9 @@ class Config:
         if self.parallel and (self.post_norm or self.attn_only):
             raise ValueError("parallel blocks need a pre-norm model with MLPs")
         object.__setattr__(self, "layer_windows", tuple(self.layer_windows))  # JSON gives a list
+        object.__setattr__(self, "rope_scaling", tuple(self.rope_scaling))
+        if self.rope_scaling and self.rope_scaling[0] not in ("linear", "llama3"):
+            raise ValueError(f"rope_scaling {self.rope_scaling[0]!r}; choose linear or llama3")
         if self.layer_windows and len(self.layer_windows) != self.n_layers:
             raise ValueError(
                 f"layer_windows has {len(self.layer_windows)} entries for {self.n_layers} layers"
@@ -164,9 +168,22 @@ def _wide(x: Tensor) -> Tensor:
 def rotary_tables(cfg: Config, n_positions: int) -> tuple[Tensor, Tensor]:
     dim = cfg.rotary_dim or cfg.head_dim
     inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, dim, 2).float() / dim)
+    if cfg.rope_scaling:
+        inv_freq = scaled_frequencies(inv_freq, *cfg.rope_scaling)
     angles = torch.outer(torch.arange(n_positions).float(), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
+
+
+def scaled_frequencies(inv_freq: Tensor, kind: str, factor: float, *llama3: float) -> Tensor:
+    """Rotary frequencies stretched for a longer context: all divided by ``factor`` ("linear"),
+    or, as Llama 3.1 does, only the slow ones, the fast ones kept and those between blended."""
+    if kind == "linear":
+        return inv_freq / factor
+    low, high, original = llama3  # wavelengths above original / low are slow, below original / high fast
+    wavelength = 2 * math.pi / inv_freq
+    blend = ((original / wavelength - low) / (high - low)).clamp(0, 1)  # 0: slow, 1: fast
+    return (1 - blend) * inv_freq / factor + blend * inv_freq
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -188,7 +205,9 @@ class Attention(nn.Module):
         self.cfg, self.window = cfg, cfg.window(layer)
         self.scale = cfg.attn_scale or 1 / math.sqrt(cfg.head_dim)
         if self.window and cfg.local_rope_theta and cfg.positional == "rotary":  # Gemma 3's local layers
-            cos, sin = rotary_tables(replace(cfg, rope_theta=cfg.local_rope_theta), cfg.n_ctx)
+            cos, sin = rotary_tables(
+                replace(cfg, rope_theta=cfg.local_rope_theta, rope_scaling=()), cfg.n_ctx
+            )
             self.register_buffer("local_rope_cos", cos, persistent=False)
             self.register_buffer("local_rope_sin", sin, persistent=False)
         d_q, d_kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim

@@ -35,7 +35,7 @@ OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "muon", "soap")
 LATER_MODEL_FIELDS = {
     "attn_only": False, "qkv_bias": False, "qk_norm": False, "rotary_dim": 0, "parallel": False,
     "sliding_window": 0, "layer_windows": (), "local_rope_theta": 0.0, "sandwich_norms": False,
-    "embed_scale": 1.0, "attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0,
+    "embed_scale": 1.0, "attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0, "rope_scaling": (),
 }  # fmt: skip
 
 
