@@ -544,7 +544,7 @@ print(
 # The hand-found circuit used the Primer's evidence role by role. Discovery methods search
 # instead. *ACDC* over heads visits heads from the last layer back and mean-ablates each for
 # good when that raises the KL divergence from the full model by less than a threshold (one
-# forward pass per head; edge-level ACDC on SmolLM2's 40 000 edges would need 40 000).
+# forward pass per head, where edge-level ACDC needs one per edge: the count is printed below).
 # *EAP* scores every edge at once from one backward pass; *EAP-IG* averages that gradient
 # along the line from the counterfactual to the clean input. Both are checked against exact
 # patching of single edges, on a *uniform random* sample of edges and on EAP's *top* edges,
