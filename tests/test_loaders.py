@@ -99,6 +99,8 @@ def tiny_relative(kind: str):
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=100,
         max_position_embeddings=32, tie_word_embeddings=False, pad_token_id=0, bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
+    layer_types = ["sliding_attention", "full_attention"]
+    gemma3 = dict(**common, num_key_value_heads=2, head_dim=16, sliding_window=5, layer_types=layer_types)
     builders = {
         "mistral": lambda: tf.MistralForCausalLM(
             tf.MistralConfig(**common, num_key_value_heads=2, sliding_window=5)
@@ -139,27 +141,11 @@ def tiny_relative(kind: str):
             )
         ),  # fmt: skip
         "gemma3-scaled": lambda: tf.Gemma3ForCausalLM(
-            tf.Gemma3TextConfig(
-                **common,
-                num_key_value_heads=2,
-                head_dim=16,
-                sliding_window=5,
-                layer_types=["sliding_attention", "full_attention"],
-                rope_parameters={
-                    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-                },
-            )
+            tf.Gemma3TextConfig(**gemma3, rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
         ),  # fmt: skip
-        "gemma3": lambda: tf.Gemma3ForCausalLM(
-            tf.Gemma3TextConfig(
-                **common,
-                num_key_value_heads=2,
-                head_dim=16,
-                sliding_window=5,
-                layer_types=["sliding_attention", "full_attention"],
-            )
-        ),  # fmt: skip
+        "gemma3": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**gemma3)),
     }
     model = builders[kind]().eval()
     with torch.no_grad():  # random norm gains and biases, so that a dropped one would show
