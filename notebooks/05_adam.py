@@ -25,7 +25,7 @@
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
 # training runs cached; {glue:text}`rerun_cold` from a cold cache, which trains the SGD sweep
-# and every optimiser and seed.
+# and every optimiser and seed. Where the training runs were trained: {glue:text}`trained_on`.
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.

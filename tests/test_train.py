@@ -141,3 +141,49 @@ def test_a_run_inside_a_chapter_reports_its_progress_to_the_runner(monkeypatch, 
     train(TINY, progress=False)
     shown = (tmp_path / "progress.log").read_text()
     assert f"training {TINY.key()[:8]} (adamw, layernorm, seed 0)" in shown and "30/30" in shown
+
+
+def test_compacted_run_loads_the_same_model_and_cannot_resume(monkeypatch, tmp_path):
+    from resid.train import compact
+
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    first = train(TINY, progress=False)
+    assert torch.load(first.path, weights_only=False)["device"] == "cpu"
+    saved = compact(first.path)
+    assert saved > first.path.stat().st_size  # AdamW's two moments outweigh the weights
+    again = train(TINY, progress=False)
+    assert again.history == first.history
+    for a, b in zip(again.model.state_dict().values(), first.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    unfinished = train(TrainConfig(**{**TINY.__dict__, "seed": 1}), progress=False, stop_after=10)
+    assert compact(unfinished.path) == 0  # still needed to resume
+    state = torch.load(unfinished.path, weights_only=False)
+    del state["optimizer"]
+    torch.save(state, unfinished.path)
+    with pytest.raises(ValueError, match="it cannot resume"):
+        train(TrainConfig(**{**TINY.__dict__, "seed": 1}), progress=False)
+
+
+def test_a_run_trained_on_another_device_is_timed_here_once(monkeypatch, tmp_path):
+    from resid import provenance
+
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    monkeypatch.setattr(provenance, "BUILDS", [])
+    path = train(TINY, progress=False).path
+    state = torch.load(path, weights_only=False)
+    state["device"], state["seconds"] = "cuda: NVIDIA H200", 1e-6
+    torch.save(state, path)
+    provenance.BUILDS.clear()
+    torch.manual_seed(0)
+    train(TINY, progress=False)
+    after_estimate = torch.rand(1)
+    torch.manual_seed(0)
+    train(TINY, progress=False)  # the estimate is remembered, not timed again
+    assert torch.equal(torch.rand(1), after_estimate)  # and timing did not move the random stream
+    estimate = torch.load(path, weights_only=False)["seconds_here"]["cpu"]
+    assert estimate > 1e-3
+    loaded = provenance.BUILDS[-1]
+    assert (loaded["device"], loaded["estimated"], loaded["seconds"]) == ("cuda: NVIDIA H200", True, estimate)
+    times = provenance.rerun_times(0.0)
+    assert times["cold_estimated"] and times["built_on"] == {"cuda: NVIDIA H200": 1}
+    assert provenance.built_on(times).startswith("1 on an NVIDIA H200 GPU;")

@@ -412,6 +412,7 @@ def save_results(results: dict, rerun: dict | None = None) -> None:
     glue("rerun_command", Markdown(f"`{command}`"), display=False)
     glue("rerun_cached", provenance.duration(times["cached_seconds"]), display=False)
     glue("rerun_cold", approx + provenance.duration(times["cold_seconds"]), display=False)
+    glue("trained_on", provenance.built_on(times), display=False)
     print(f"chapter computed in {results['seconds']:.0f} s")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,12 +24,15 @@ def record_build(
     built_now: bool,
     estimated: bool = False,
     seconds_now: float | None = None,
+    device: str = "cpu",
 ) -> None:
     """``seconds``: what building the artefact took in all (a resumed training run sums its
-    sessions); ``seconds_now``: the part of it spent in this process (all of it by default)."""
+    sessions), or would take here, ``estimated``, when it was built on another kind of device;
+    ``seconds_now``: the part of it spent in this process (all of it by default); ``device``:
+    where it was built."""
     now = (seconds if built_now else 0.0) if seconds_now is None else seconds_now
     BUILDS.append({"name": name, "seconds": seconds, "built_now": built_now, "estimated": estimated,
-                   "seconds_now": now})  # fmt: skip
+                   "seconds_now": now, "device": device})  # fmt: skip
 
 
 def record_input(name: str, sha256_16: str) -> None:
@@ -65,7 +69,23 @@ def rerun_times(wall_seconds: float) -> dict:
         "cold_estimated": any(a["estimated"] for a in artefacts.values()),
         "artefacts": len(artefacts),
         "artefacts_without_time": unknown,
+        "built_on": dict(Counter(a.get("device", "cpu") for a in artefacts.values())),
     }
+
+
+def built_on(times: dict) -> str:
+    """Where a chapter's cached artefacts (training runs, converted models) were built, for its
+    opening box."""
+    devices = times.get("built_on", {})
+    elsewhere = {d: n for d, n in devices.items() if d != "cpu"}
+    if not elsewhere:
+        return "all on CPU"
+    parts = ", ".join(f"{n} on an {d.removeprefix('cuda: ')} GPU" for d, n in elsewhere.items())
+    on_cpu = devices.get("cpu", 0)
+    return (
+        f"{parts}{f' and {on_cpu} on CPU' if on_cpu else ''}; the cold time counts those built on a GPU "
+        "at what they would take on this machine, estimated from timed training steps"
+    )
 
 
 def duration(seconds: float | None) -> str:

@@ -273,13 +273,21 @@ def train(
     optimizer = make_optimizer(model, cfg)
     history: list[dict] = []
     step, seconds, estimated = 0, 0.0, False
+    trained_on = describe(device)
     if path.exists():
         state = torch.load(path, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
         history, step = state["history"], state["step"]
+        if "optimizer" in state:
+            optimizer.load_state_dict(state["optimizer"])
+        elif step < cfg.steps:
+            raise ValueError(f"{path} was compacted unfinished: it cannot resume; delete it to retrain")
         seconds = state.get("seconds")  # runs cached before timing was recorded have none
         estimated = state.get("seconds_estimated", False)
+        trained_on = state.get("device", "cpu")  # runs cached before devices were recorded ran on CPU
+        if step >= cfg.steps and trained_on.split(":")[0] != device.type:
+            # timed on another kind of device: what it would take here is estimated from timed steps
+            seconds, estimated = _seconds_here(path, state, cfg, device), True
     built_now, seconds_now = step < cfg.steps, 0.0
     if built_now:
         started, before = time.perf_counter(), seconds
@@ -310,14 +318,16 @@ def train(
                 bar.update()
                 bar.set_postfix(loss=f"{history[-1]['train_loss']:.3f}", refresh=False)
                 if done % cfg.checkpoint_every == 0 or done == last:
-                    _save(path, model, optimizer, history, done, cfg, seconds_so_far(), rank)
+                    _save(path, model, optimizer, history, done, cfg, seconds_so_far(), rank, trained_on)
         except KeyboardInterrupt:
-            _save(path, model, optimizer, history, len(history), cfg, seconds_so_far(), rank)
+            _save(path, model, optimizer, history, len(history), cfg, seconds_so_far(), rank, trained_on)
             raise
         finally:
             bar.close()
         seconds, seconds_now = seconds_so_far(), time.perf_counter() - started
-    record_build(f"training run {cfg.key()}", seconds, built_now, estimated, seconds_now=seconds_now)
+    record_build(
+        f"training run {cfg.key()}", seconds, built_now, estimated, seconds_now=seconds_now, device=trained_on
+    )
     model.eval()
     model.tokenizer = ByteTokenizer()
     if not device_given:  # the book analyses on CPU; a caller who chose a device keeps the model there
@@ -358,9 +368,9 @@ def _save(
     cfg: TrainConfig,
     seconds: float | None,
     rank: int = 0,
+    device: str = "cpu",
 ) -> None:
     if rank == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
         state = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -368,13 +378,67 @@ def _save(
             "step": step,
             "config": asdict(cfg),
             "seconds": seconds,
+            "device": device,
         }
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        os.close(fd)
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        _write(path, state)
     if _distributed()[1] > 1:
         torch.distributed.barrier()
+
+
+def _write(path: Path, state: dict) -> None:
+    """Save to a temp file, then rename, so an interrupted save never leaves a corrupt file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def describe(device: torch.device) -> str:
+    """``cpu``, or ``cuda: NVIDIA H200``: where a run trained, as its checkpoint records it."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return device.type
+
+
+def compact(path: Path) -> int:
+    """Drop a finished run's optimizer state (about two thirds of an AdamW checkpoint): it is
+    needed only to resume. Returns the bytes saved; a run that has not finished is left alone."""
+    state = torch.load(path, weights_only=False, map_location="cpu")
+    if "optimizer" not in state or state["step"] < state["config"]["steps"]:
+        return 0
+    before = path.stat().st_size
+    del state["optimizer"]
+    _write(path, state)
+    return before - path.stat().st_size
+
+
+def _seconds_here(path: Path, state: dict, cfg: TrainConfig, device: torch.device) -> float:
+    """What training this run would take on ``device``: a few timed steps and one evaluation,
+    scaled to the run's length; remembered in the checkpoint, so it is timed once per device."""
+    here = describe(device)
+    estimates = state.setdefault("seconds_here", {})
+    if here not in estimates:
+        with torch.random.fork_rng(devices=[]):  # timing must not move the caller's random stream
+            estimates[here] = _time_steps(cfg, device)
+        _write(path, state)
+    return estimates[here]
+
+
+def _time_steps(cfg: TrainConfig, device: torch.device) -> float:
+    model = Transformer(cfg.model).to(device)
+    optimizer = make_optimizer(model, cfg)
+    train_ids, val_ids = corpus_ids(cfg)
+    timed = 4
+    for step in range(timed + 1):  # the first step (allocation, lazy state) is not timed
+        if step == 1:
+            started = time.perf_counter()
+        _train_step(model, model, optimizer, train_ids, cfg, step, 0, 1, device)
+    per_step = (time.perf_counter() - started) / timed
+    started = time.perf_counter()
+    evaluate(model, val_ids.to(device), cfg)
+    per_eval = time.perf_counter() - started
+    return per_step * cfg.steps + per_eval * math.ceil(cfg.steps / cfg.eval_every)
 
 
 def config_from_dict(d: dict) -> TrainConfig:
