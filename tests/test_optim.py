@@ -64,7 +64,7 @@ def test_rotated_adam_is_equivariant_to_its_rotation():
     p = torch.nn.Parameter(torch.zeros(4, 3, dtype=torch.float64))
     opt = RotatedAdamW([p], lr=1.0, weight_decay=0.0)
     opt.zero_grad()
-    first, second = opt._rotations(p, 1)
+    first, second = opt._rotations(p, 1, opt.param_groups[0])
     p.grad = first[:, :1] @ second[:, :1].T * 3.0
     opt.step()
     expected = -first[:, :1] @ second[:, :1].T
@@ -99,3 +99,50 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
     names = {n for n, p in model.named_parameters() if id(p) in muon_ids}
     assert names == {n for n, p in model.named_parameters() if n.startswith("blocks.") and p.dim() == 2}
     assert all("base_lr" in g for g in optimizer.param_groups)
+
+
+def test_shared_basis_adam_is_adam_on_the_model_written_in_its_basis():
+    """The positive control's optimiser: AdamW whose moments live in one basis R of the residual
+    stream takes exactly AdamW's steps on the model rewritten in that basis (every residual
+    dimension rotated by R), rotated back."""
+    from dataclasses import replace
+
+    from resid.model import Config, Transformer
+    from resid.train import TrainConfig, make_optimizer, optimizer_basis
+
+    model_cfg = Config(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_ctx=8, norm="basisfree")
+    cfg = TrainConfig(model=model_cfg, optimizer="shared_basis_adamw", lr=1e-2)
+    torch.manual_seed(0)
+    model = Transformer(model_cfg).double()
+    basis = optimizer_basis(cfg).double()
+
+    def written_in_basis(m: Transformer, back: bool = False) -> dict[str, torch.Tensor]:
+        r = basis.T if back else basis
+        out = {}
+        for name, p in m.named_parameters():
+            p = p.detach()
+            for dim in m.residual_dims(name):
+                p = p @ r if dim == 1 else r.T @ p
+            out[name] = p
+        return out
+
+    rotated, unrotated = Transformer(model_cfg).double(), Transformer(model_cfg).double()
+    rotated.load_state_dict(written_in_basis(model), strict=False)
+    unrotated.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 256, (4, 9))
+    torch.testing.assert_close(rotated.loss(tokens), model.loss(tokens))  # the basis-free model is invariant
+    for m, optimizer_cfg in ((model, cfg), (rotated, replace(cfg, optimizer="adamw")),
+                             (unrotated, replace(cfg, optimizer="adamw"))):  # fmt: skip
+        optimizer = make_optimizer(m, optimizer_cfg)
+        for _ in range(3):
+            optimizer.zero_grad()
+            m.loss(tokens).backward()
+            optimizer.step()
+    expected = written_in_basis(rotated, back=True)
+    for name, p in model.named_parameters():  # the basis is orthogonal to float32's precision only
+        torch.testing.assert_close(p.detach(), expected[name], rtol=1e-5, atol=1e-6)
+    plain = dict(unrotated.named_parameters())
+    moved = max(
+        (p.detach() - plain[name].detach()).abs().max().item() for name, p in model.named_parameters()
+    )
+    assert moved > 1e-3  # and plain AdamW on the same model steps elsewhere: the basis matters

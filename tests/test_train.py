@@ -107,7 +107,7 @@ def test_two_process_ddp_matches_single_process(monkeypatch, tmp_path):
         torch.testing.assert_close(ddp["model"][name], value, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("optimizer", ["rotated_adamw", "muon", "soap"])
+@pytest.mark.parametrize("optimizer", ["rotated_adamw", "shared_basis_adamw", "muon", "soap"])
 def test_every_optimizer_trains_the_model(monkeypatch, tmp_path, optimizer):
     monkeypatch.setenv("RESID_CACHE", str(tmp_path))
     cfg = TrainConfig(**{**TINY.__dict__, "optimizer": optimizer, "lr": 1e-2})
@@ -187,3 +187,23 @@ def test_a_run_trained_on_another_device_is_timed_here_once(monkeypatch, tmp_pat
     times = provenance.rerun_times(0.0)
     assert times["cold_estimated"] and times["built_on"] == {"cuda: NVIDIA H200": 1}
     assert provenance.built_on(times).startswith("1 on an NVIDIA H200 GPU;")
+
+
+def test_a_sweep_keeps_its_histories_without_the_weights(monkeypatch, tmp_path):
+    from resid.train import drop_weights, run_history
+
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    cfg = TrainConfig(**{**TINY.__dict__, "optimizer": "shared_basis_adamw"})
+    first = train(cfg, progress=False)
+    evaluation = first.history[-1]
+    assert len(evaluation["val_losses"]) == cfg.eval_batches
+    assert evaluation["val_loss"] == pytest.approx(sum(evaluation["val_losses"]) / cfg.eval_batches)
+    n_boundaries = cfg.model.n_layers + 1
+    assert len(evaluation["kurtosis_optimizer_basis"]) == len(evaluation["top4_energy_share"]) == n_boundaries
+    record = drop_weights(first.path)
+    assert not first.path.exists()
+    assert run_history(cfg) == first.history  # read back exactly, nothing retrained
+    assert not first.path.exists()
+    with pytest.raises(ValueError, match="has not finished"):
+        drop_weights(train(TINY, progress=False, stop_after=5).path)
+    assert record.exists()

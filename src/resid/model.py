@@ -572,6 +572,24 @@ class Transformer(nn.Module):
         """
         return ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(self.cfg.n_layers)]
 
+    def residual_dims(self, name: str) -> tuple[int, ...]:
+        """The dimensions of parameter ``name`` that index the residual stream: the input side of
+        the matrices that read it, the output side (and bias) of those that write it, the
+        embeddings' width and a norm's per-coordinate gain and bias. An optimiser that works in
+        another basis of the stream rotates exactly these (``RotatedAdamW(basis=...)``)."""
+        module_name, _, kind = name.rpartition(".")
+        leaf = module_name.rpartition(".")[2]
+        if leaf in ("embed", "pos_embed"):
+            return (1,)
+        if leaf in ("W_Q", "W_K", "W_V", "W_in", "W_gate", "unembed"):
+            return (1,) if kind == "weight" else ()
+        if leaf in ("W_O", "W_out"):
+            return (0,)
+        module, width = self.get_submodule(module_name), self.get_parameter(name).numel()
+        if isinstance(module, Norm) and width == self.cfg.d_model and ".attn." not in name:
+            return (0,)
+        return ()
+
     @torch.no_grad()
     def residual_stream(self, tokens: Tensor, batch_size: int = 8) -> Tensor:
         """The residual stream at every layer boundary: ``[n_layers + 1, n_tokens, d_model]``.

@@ -21,6 +21,13 @@ class RotatedAdamW(torch.optim.Optimizer):
     gradient is carried into the rotated basis, ``G' = P^T G Q``; Adam's moments and its
     per-coordinate normalisation act there; the update is carried back, ``U = P U' Q^T``. A
     vector uses one rotation. With identity rotations this is exactly ``torch.optim.AdamW``.
+
+    By default every parameter gets rotations of its own, so no basis of the residual stream is
+    singled out. With ``basis`` (a ``d_model`` rotation), one basis of the residual stream is
+    shared by every parameter: a group's ``residual_dims`` (see
+    ``Transformer.residual_dims``) are rotated by it and its other dimensions are left as they
+    are. This is AdamW run on the model written in that basis, the positive control for
+    Elhage et al.'s hypothesis: if Adam picks the basis, it should pick this one.
     """
 
     def __init__(
@@ -32,15 +39,19 @@ class RotatedAdamW(torch.optim.Optimizer):
         weight_decay: float = 1e-2,
         seed: int = 0,
         identity: bool = False,  # for testing: no rotation at all
+        basis: Tensor | None = None,
     ):
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "residual_dims": ()}
         super().__init__(params, defaults)
-        self.seed, self.identity = seed, identity
+        self.seed, self.identity, self.basis = seed, identity, basis
 
-    def _rotations(self, p: Tensor, index: int) -> list[Tensor]:
+    def _rotations(self, p: Tensor, index: int, group: dict) -> list[Tensor | None]:
         shapes = [p.shape[0]] if p.dim() == 1 else [p.shape[0], p.shape[1]]
         if self.identity:
-            return [torch.eye(n, dtype=p.dtype, device=p.device) for n in shapes]
+            return [None] * len(shapes)
+        if self.basis is not None:
+            basis = self.basis.to(p.device, p.dtype)
+            return [basis if dim in group["residual_dims"] else None for dim in range(len(shapes))]
         return [
             haar_rotation(n, self.seed * 7919 + 2 * index + k, p.dtype).to(p.device)
             for k, n in enumerate(shapes)
@@ -61,7 +72,7 @@ class RotatedAdamW(torch.optim.Optimizer):
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
-                    state["rotations"] = self._rotations(p, index)
+                    state["rotations"] = self._rotations(p, index, group)
                     state["exp_avg"] = torch.zeros_like(p)
                     state["exp_avg_sq"] = torch.zeros_like(p)
                 rotations = state["rotations"]
@@ -78,13 +89,19 @@ class RotatedAdamW(torch.optim.Optimizer):
         return loss
 
 
-def _into(x: Tensor, rotations: list[Tensor]) -> Tensor:
-    if len(rotations) == 1:
-        return rotations[0].T @ x
-    return rotations[0].T @ x @ rotations[1]
+def _into(x: Tensor, rotations: list[Tensor | None]) -> Tensor:
+    """``P^T x Q`` (``P^T x`` for a vector), a missing rotation standing for the identity."""
+    if rotations[0] is not None:
+        x = rotations[0].T @ x
+    if len(rotations) == 2 and rotations[1] is not None:
+        x = x @ rotations[1]
+    return x
 
 
-def _out_of(x: Tensor, rotations: list[Tensor]) -> Tensor:
-    if len(rotations) == 1:
-        return rotations[0] @ x
-    return rotations[0] @ x @ rotations[1].T
+def _out_of(x: Tensor, rotations: list[Tensor | None]) -> Tensor:
+    """``P x Q^T``: back from the rotated basis."""
+    if rotations[0] is not None:
+        x = rotations[0] @ x
+    if len(rotations) == 2 and rotations[1] is not None:
+        x = x @ rotations[1].T
+    return x

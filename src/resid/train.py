@@ -29,9 +29,9 @@ from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW
 from .progress import bar as progress_bar
 from .provenance import record_build
-from .stats import haar_rotation, kurtosis_metric
+from .stats import haar_rotation, kurtosis_metric, top_energy_share
 
-OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "muon", "soap")
+OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "shared_basis_adamw", "muon", "soap")
 LATER_MODEL_FIELDS = {
     "attn_only": False, "qkv_bias": False, "qk_norm": False, "rotary_dim": 0, "parallel": False,
     "sliding_window": 0, "layer_windows": (), "local_rope_theta": 0.0, "sandwich_norms": False,
@@ -43,7 +43,7 @@ LATER_MODEL_FIELDS = {
 class TrainConfig:
     model: Config = field(default_factory=Config)
     corpus: str = "pydoc"  # pydoc | stdlib | hf:<dataset> | repeated-random (induction data)
-    optimizer: str = "adamw"  # adamw | sgd | rotated_adamw | muon (+AdamW off the blocks) | soap
+    optimizer: str = "adamw"  # one of OPTIMIZERS; muon uses AdamW off the blocks
     lr: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
@@ -168,6 +168,10 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> Optimizers:
         optimizers = [torch.optim.SGD(groups(matrices, others), lr=cfg.lr, momentum=cfg.momentum)]
     elif cfg.optimizer == "rotated_adamw":
         optimizers = [RotatedAdamW(groups(matrices, others), seed=cfg.seed, **adam)]
+    elif cfg.optimizer == "shared_basis_adamw":  # one group per parameter: each names its residual dims
+        per_parameter = [{"params": [p], "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0,
+                          "residual_dims": model.residual_dims(n)} for n, p in named]  # fmt: skip
+        optimizers = [RotatedAdamW(per_parameter, basis=optimizer_basis(cfg), **adam)]
     elif cfg.optimizer == "soap":
         from pytorch_optimizer import SOAP
 
@@ -185,12 +189,23 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> Optimizers:
     return Optimizers(optimizers)
 
 
+def optimizer_basis(cfg: TrainConfig) -> torch.Tensor | None:
+    """The basis of the residual stream that ``shared_basis_adamw`` normalises in (its columns),
+    by seed; None for the other optimisers. Its seeds are apart from every other rotation's."""
+    if cfg.optimizer != "shared_basis_adamw":
+        return None
+    return haar_rotation(cfg.model.d_model, seed=2_000_000 + cfg.seed)
+
+
 @torch.no_grad()
 def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
     """Held-out loss on a fixed set of batches (the same ones at every evaluation), and the
     privileged-basis statistics of the residual stream on the first of them: per layer
-    boundary, the kurtosis metric, its value after one fixed random rotation, and the kurtosis
-    of what the MLPs read (their computation basis, which differs under built-in rotations)."""
+    boundary, the kurtosis metric, its value after one fixed random rotation, the kurtosis
+    of what the MLPs read (their computation basis, which differs under built-in rotations),
+    the top-4 coordinates' energy share, and for ``shared_basis_adamw`` the kurtosis in the
+    optimiser's own basis. The loss of each batch is kept, for standard errors and for
+    comparisons paired on the same batches."""
     model.eval()
     batches = [batch_of(ids, cfg, seed=10_000 + i).to(ids.device) for i in range(cfg.eval_batches)]
     losses = [model.loss(batch).item() for batch in batches]
@@ -205,7 +220,12 @@ def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
         "kurtosis_rotated": [kurtosis_metric(r @ rotation) for r in resid],
         "kurtosis_mlp_in": [kurtosis_metric(cache[n]) for n in mlp_names],
         "max_abs_over_rms": [(r.abs().max() / r.pow(2).mean().sqrt()).item() for r in resid],
+        "top4_energy_share": [top_energy_share(r, 4) for r in resid],
+        "val_losses": losses,
     }
+    basis = optimizer_basis(cfg)
+    if basis is not None:
+        result["kurtosis_optimizer_basis"] = [kurtosis_metric(r @ basis.to(r.device)) for r in resid]
     if cfg.corpus == REPEATED_RANDOM:  # the induction bump: loss on the repeat vs the first pass
         from .heads import head_scores, in_context_losses
 
@@ -284,10 +304,12 @@ def train(
             raise ValueError(f"{path} was compacted unfinished: it cannot resume; delete it to retrain")
         seconds = state.get("seconds")  # runs cached before timing was recorded have none
         estimated = state.get("seconds_estimated", False)
-        trained_on = state.get("device", "cpu")  # runs cached before devices were recorded ran on CPU
-        if step >= cfg.steps and trained_on.split(":")[0] != device.type:
-            # timed on another kind of device: what it would take here is estimated from timed steps
-            seconds, estimated = _seconds_here(path, state, cfg, device), True
+        trained_on = state.get("device", "cpu")
+        if _trained_elsewhere(state, device):  # its time there says little about its time here
+            estimated = True
+            seconds, new = _seconds_here(state, cfg, device)
+            if new:
+                _write(path, state)
     built_now, seconds_now = step < cfg.steps, 0.0
     if built_now:
         started, before = time.perf_counter(), seconds
@@ -413,16 +435,24 @@ def compact(path: Path) -> int:
     return before - path.stat().st_size
 
 
-def _seconds_here(path: Path, state: dict, cfg: TrainConfig, device: torch.device) -> float:
+def _seconds_here(state: dict, cfg: TrainConfig, device: torch.device) -> tuple[float, bool]:
     """What training this run would take on ``device``: a few timed steps and one evaluation,
-    scaled to the run's length; remembered in the checkpoint, so it is timed once per device."""
+    scaled to the run's length; remembered in ``state`` (the second value says it is new, to
+    be saved), so it is timed once per device."""
     here = describe(device)
     estimates = state.setdefault("seconds_here", {})
-    if here not in estimates:
-        with torch.random.fork_rng(devices=[]):  # timing must not move the caller's random stream
-            estimates[here] = _time_steps(cfg, device)
-        _write(path, state)
-    return estimates[here]
+    if here in estimates:
+        return estimates[here], False
+    with torch.random.fork_rng(devices=[]):  # timing must not move the caller's random stream
+        estimates[here] = _time_steps(cfg, device)
+    return estimates[here], True
+
+
+def _trained_elsewhere(state: dict, device: torch.device) -> bool:
+    # runs cached before devices were recorded ran on CPU
+    return (
+        state["step"] >= state["config"]["steps"] and state.get("device", "cpu").split(":")[0] != device.type
+    )
 
 
 def _time_steps(cfg: TrainConfig, device: torch.device) -> float:
@@ -439,6 +469,43 @@ def _time_steps(cfg: TrainConfig, device: torch.device) -> float:
     evaluate(model, val_ids.to(device), cfg)
     per_eval = time.perf_counter() - started
     return per_step * cfg.steps + per_eval * math.ceil(cfg.steps / cfg.eval_every)
+
+
+def history_path(cfg: TrainConfig) -> Path:
+    return cache_dir() / "runs" / f"{cfg.key()}.history.json"
+
+
+def drop_weights(path: Path) -> Path:
+    """Keep a finished run's history (what ``evaluate`` logged) and delete its checkpoint: a
+    learning-rate sweep needs only its curves, at a hundredth of the disk."""
+    state = torch.load(path, weights_only=False, map_location="cpu")
+    if state["step"] < state["config"]["steps"]:
+        raise ValueError(f"{path} has not finished: its weights are needed to resume")
+    record = path.with_suffix(".history.json")
+    fields = ("config", "history", "step", "seconds", "device", "seconds_here")
+    kept = {k: state[k] for k in fields if k in state}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(kept, f)
+    os.replace(tmp, record)
+    path.unlink()
+    return record
+
+
+def run_history(cfg: TrainConfig, progress: bool = True) -> list[dict]:
+    """A run's history without its weights: from its checkpoint, or from the record
+    ``drop_weights`` kept; trained when neither exists."""
+    record = history_path(cfg)
+    if (cache_dir() / "runs" / f"{cfg.key()}.pt").exists() or not record.exists():
+        return train(cfg, progress=progress).history
+    state, device = json.loads(record.read_text()), default_device()
+    seconds, estimated = state.get("seconds"), False
+    if _trained_elsewhere(state, device):
+        (seconds, new), estimated = _seconds_here(state, cfg, device), True
+        if new:
+            record.write_text(json.dumps(state))
+    record_build(f"training run {cfg.key()}", seconds, False, estimated, device=state.get("device", "cpu"))
+    return state["history"]
 
 
 def config_from_dict(d: dict) -> TrainConfig:
