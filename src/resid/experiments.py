@@ -60,6 +60,38 @@ def variant(name: str, seed: int = 0, base: TrainConfig = REGIME) -> TrainConfig
     return replace(base, seed=seed, **changes[name])
 
 
+# Is it Adam? Every optimiser trains the basis-free model of the regime (no norm prefers a basis
+# either), evaluated every 20 steps so that the equal-loss point can be interpolated, and on 16
+# held-out batches, the same for every run, so that losses compare paired on the same data.
+OPTIMIZER_BASE = replace(
+    REGIME, model=replace(REGIME.model, norm="basisfree"), eval_every=20, eval_batches=16
+)
+OPTIMIZERS = {  # label -> TrainConfig.optimizer
+    "AdamW": "adamw",
+    "AdamW, one rotated basis": "shared_basis_adamw",
+    "AdamW, rotated moments": "rotated_adamw",
+    "SGD": "sgd",
+    "Muon": "muon",
+    "SOAP": "soap",
+}
+LEARNING_RATES = {"sgd": (0.03, 0.1, 0.3, 1.0)}  # each optimiser's sweep; the others share one
+ADAPTIVE_LEARNING_RATES = (3e-3, 1e-2, 3e-2, 1e-1)
+
+
+def optimizer_run(
+    optimizer: str, lr: float, seed: int, base: TrainConfig = OPTIMIZER_BASE, **changes
+) -> TrainConfig:
+    """One run of the Adam chapter. SGD trains without weight decay: PyTorch's SGD couples it to
+    the gradient, so it would not be the decoupled decay the others use."""
+    decay = {"weight_decay": 0.0} if optimizer == "sgd" else {}
+    return replace(base, optimizer=optimizer, lr=lr, seed=seed, **decay, **changes)
+
+
+def width(cfg: TrainConfig, d_model: int) -> TrainConfig:
+    """The same run at another width: the MLP stays 4x wide, the heads keep their number."""
+    return replace(cfg, model=replace(cfg.model, d_model=d_model, d_mlp=4 * d_model))
+
+
 def held_out_tokens(cfg: TrainConfig, n_sequences: int = 16, seed: int = 0) -> torch.Tensor:
     """Windows of the held-out split, for measuring a trained model."""
     _, val_ids = corpus_ids(cfg)
