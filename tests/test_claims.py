@@ -54,3 +54,9 @@ def test_every_committed_criteria_file_parses():
     for path in files:
         criteria = claims.load_criteria(path.stem)
         assert criteria and all(c.metric and c.source for c in criteria.values())
+
+
+def test_an_unmeasured_interval_is_inconclusive_and_a_reversed_one_an_error():
+    assert claims.judge(ABOVE, float("nan"), float("nan"), float("nan"))["verdict"] == "inconclusive"
+    with pytest.raises(ValueError, match="reversed"):
+        claims.judge(ABOVE, 0.5, 0.9, 0.1)

@@ -25,6 +25,7 @@ A criteria file::
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +79,13 @@ def load_criteria(chapter: str, folder: Path = CRITERIA) -> dict[str, Criterion]
 
 
 def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: str = "") -> dict:
-    """A claim row: the criterion, the estimate with its interval, and the verdict."""
-    if not low <= high:
+    """A claim row: the criterion, the estimate with its interval, and the verdict. An interval
+    that could not be measured (NaN: say, a run that never reached the loss it is read at) is
+    inconclusive."""
+    unmeasured = math.isnan(low) or math.isnan(high)
+    if not unmeasured and not low <= high:
         raise ValueError(f"criterion {criterion.id}: interval [{low}, {high}] is reversed")
-    verdict = _verdict(criterion, low, high)
+    verdict = "inconclusive" if unmeasured else _verdict(criterion, low, high)
     if criterion.prediction:
         verdict = {"reproduced": "supported", "not reproduced": "not supported"}.get(verdict, verdict)
     return {

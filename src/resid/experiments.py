@@ -92,6 +92,57 @@ def width(cfg: TrainConfig, d_model: int) -> TrainConfig:
     return replace(cfg, model=replace(cfg.model, d_model=d_model, d_mlp=4 * d_model))
 
 
+def excess_kurtosis(evaluation: dict, basis: str = "kurtosis") -> tuple[float, int]:
+    """At one logged evaluation: the layer boundary after a block whose kurtosis metric is
+    largest (measured in the standard basis, or in ``kurtosis_optimizer_basis``), and that
+    kurtosis minus the rotated control of the same boundary. Returns ``(excess, boundary)``."""
+    values = evaluation[basis][1:]
+    boundary = int(np.argmax(values)) + 1
+    return values[boundary - 1] - evaluation["kurtosis_rotated"][boundary], boundary
+
+
+def evaluation_curve(history: list[dict]) -> pd.DataFrame:
+    """A run's logged evaluations: step, held-out loss, and the excess kurtosis (with its
+    boundary), also in the optimiser's basis where it has one."""
+    rows = []
+    for row in history:
+        if "val_loss" not in row:
+            continue
+        excess, boundary = excess_kurtosis(row)
+        entry = {
+            "step": row["step"],
+            "val loss": row["val_loss"],
+            "excess kurtosis": excess,
+            "boundary": boundary,
+        }
+        if "kurtosis_optimizer_basis" in row:
+            entry["excess in optimiser basis"] = excess_kurtosis(row, "kurtosis_optimizer_basis")[0]
+        rows.append(entry)
+    return pd.DataFrame(rows)
+
+
+def at_loss(curve: pd.DataFrame, target: float, column: str = "excess kurtosis") -> dict:
+    """Where a run's held-out loss first falls to ``target``: the step and ``column`` there,
+    interpolated linearly between the two evaluations around the crossing; the matched loss
+    is ``target`` itself. NaN if the run never gets there; the first evaluation (no
+    interpolation) if it starts below it."""
+    below = np.flatnonzero(curve["val loss"].to_numpy() <= target)
+    if len(below) == 0:
+        return {"step": np.nan, column: np.nan, "matched loss": np.nan}
+    i = below[0]
+    if i == 0:
+        first = curve.iloc[0]
+        return {"step": first["step"], column: first[column], "matched loss": first["val loss"]}
+    before, after = curve.iloc[i - 1], curve.iloc[i]
+    frac = (before["val loss"] - target) / (before["val loss"] - after["val loss"])
+    step = before["step"] + frac * (after["step"] - before["step"])
+    return {
+        "step": step,
+        column: before[column] + frac * (after[column] - before[column]),
+        "matched loss": target,
+    }
+
+
 def held_out_tokens(cfg: TrainConfig, n_sequences: int = 16, seed: int = 0) -> torch.Tensor:
     """Windows of the held-out split, for measuring a trained model."""
     _, val_ids = corpus_ids(cfg)

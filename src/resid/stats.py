@@ -169,3 +169,20 @@ def t_interval(values: Tensor | list[float], level: float = 0.95) -> tuple[float
     half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std() / len(x) ** 0.5
     mean = x.mean().item()
     return mean, mean - half.item(), mean + half.item()
+
+
+def welch_interval(
+    a: Tensor | list[float], b: Tensor | list[float], level: float = 0.95
+) -> tuple[float, float, float]:
+    """The difference of two means over independent seeds, ``mean(a) - mean(b)``, with Welch's
+    t interval (unequal variances): ``(difference, low, high)``."""
+    from scipy import stats as scipy_stats
+
+    x, y = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    if len(x) < 2 or len(y) < 2:
+        raise ValueError("a difference over seeds needs at least two seeds on each side")
+    vx, vy = x.var() / len(x), y.var() / len(y)
+    dof = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
+    half = scipy_stats.t.ppf(0.5 + level / 2, dof.item()) * (vx + vy).sqrt()
+    difference = (x.mean() - y.mean()).item()
+    return difference, difference - half.item(), difference + half.item()

@@ -12,6 +12,7 @@ The same entry point runs on a GPU when there is one, and data-parallel under to
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -456,6 +457,14 @@ def _trained_elsewhere(state: dict, device: torch.device) -> bool:
 
 
 def _time_steps(cfg: TrainConfig, device: torch.device) -> float:
+    per_step, per_eval = _timed_step_and_eval(replace(cfg, seed=0, lr=1.0, steps=1), device)
+    return per_step * cfg.steps + per_eval * math.ceil(cfg.steps / cfg.eval_every)
+
+
+@functools.cache
+def _timed_step_and_eval(cfg: TrainConfig, device: torch.device) -> tuple[float, float]:
+    """Seconds per training step and per evaluation; runs that differ only in seed, learning
+    rate or length share them, so a sweep is timed once."""
     model = Transformer(cfg.model).to(device)
     optimizer = make_optimizer(model, cfg)
     train_ids, val_ids = corpus_ids(cfg)
@@ -467,8 +476,7 @@ def _time_steps(cfg: TrainConfig, device: torch.device) -> float:
     per_step = (time.perf_counter() - started) / timed
     started = time.perf_counter()
     evaluate(model, val_ids.to(device), cfg)
-    per_eval = time.perf_counter() - started
-    return per_step * cfg.steps + per_eval * math.ceil(cfg.steps / cfg.eval_every)
+    return per_step, time.perf_counter() - started
 
 
 def history_path(cfg: TrainConfig) -> Path:
