@@ -62,7 +62,7 @@
 # residual stream at every layer boundary with a rotated control. A run's **excess kurtosis**
 # is read at the boundary with the largest kurtosis, minus the rotated control *of that
 # boundary*; the criteria every claim is judged by were written before any kurtosis of these
-# runs was computed ({download}`criteria/adam.toml <../../notebooks/criteria/adam.toml>`).
+# runs was computed (`notebooks/criteria/adam.toml`).
 
 # %% tags=["parameters"]
 model_name = "regime"  # [one of regime] the chapter trains its own models; see resid.experiments
