@@ -25,6 +25,7 @@
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
 # fifteen training runs cached; {glue:text}`rerun_cold` from a cold cache, which trains them.
+# Where the training runs were trained: {glue:text}`trained_on`.
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
@@ -239,7 +240,7 @@ for key, values, what in (
     mean, low, high = stats.t_interval(values)
     ours = f"{what} {mean:+.3f} [{low:+.3f}, {high:+.3f}]"
     claim_rows.append(claims.judge(criteria[key], mean, low, high, ours))
-claim_table = pd.DataFrame(claim_rows)[["claim", "paper", "ours", "criterion", "verdict"]]
+claim_table = claims.table(claim_rows)
 claim_table.style.hide(axis="index")
 
 # %%
@@ -249,8 +250,8 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 # ## What differs from the paper, and what does not
 
 # %%
-verdicts = dict(zip(criteria, claim_table["verdict"], strict=True))
-estimates = {key: row["estimate"] for key, row in zip(criteria, claim_rows, strict=True)}
+verdicts = {row["id"]: row["verdict"] for row in claim_rows}
+estimates = {row["id"]: row["estimate"] for row in claim_rows}
 excess = chosen.groupby("variant")["excess kurtosis"].mean()
 gains_ratio = excess[["layernorm", "rmsnorm"]].mean() / excess["basisfree"]
 display(
@@ -280,9 +281,7 @@ results = {
     "seeds": list(seeds),
     "excess_kurtosis": excess.to_dict(),
     "val_loss": chosen.groupby("variant")["val loss"].mean().to_dict(),
-    "claims": claim_table.assign(
-        estimate=[r["estimate"] for r in claim_rows], interval=[r["interval"] for r in claim_rows]
-    ).to_dict(orient="records"),
+    "claims": claim_rows,
     "checks": check_rows,
     "seconds": time.time() - started,
 }

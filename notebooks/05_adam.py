@@ -616,7 +616,7 @@ claim_rows.append(
         f"d {wide} − d {narrow}: {difference:.2f} [{low:.2f}, {high:.2f}]",
     )
 )
-claim_table = pd.DataFrame(claim_rows)[["claim", "paper", "ours", "criterion", "verdict"]]
+claim_table = claims.table(claim_rows)
 claim_table.style.hide(axis="index")
 
 # %%
@@ -626,8 +626,8 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 # **Takeaways.** Computed from the rows above.
 
 # %%
-verdicts = dict(zip(criteria, claim_table["verdict"], strict=True))
-estimates = {row_id: row["estimate"] for row_id, row in zip(criteria, claim_rows, strict=True)}
+verdicts = {row["id"]: row["verdict"] for row in claim_rows}
+estimates = {row["id"]: row["estimate"] for row in claim_rows}
 by_width = adamw_widths.groupby("d_model")["excess kurtosis"].mean()
 equivariant = [labels[n] for n in ("sgd", "muon", "rotated_adamw", "soap")]
 largest_other = finals[finals.optimiser.isin(equivariant)].groupby("optimiser")["excess kurtosis"].mean()
@@ -694,9 +694,7 @@ results = {
     "table": table.reset_index(names="optimiser").to_dict(orient="records"),
     "widths": widths_table.to_dict(orient="records"),
     "sgd_long": long_table.to_dict(orient="records"),
-    "claims": claim_table.assign(
-        estimate=[r["estimate"] for r in claim_rows], interval=[r["interval"] for r in claim_rows]
-    ).to_dict(orient="records"),
+    "claims": claim_rows,
     "checks": check_rows,
     "seconds": time.time() - started,
 }

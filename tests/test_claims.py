@@ -28,6 +28,8 @@ def test_below_within_and_predictions():
     assert (
         row["verdict"] == "not supported" and row["interval"] == [-1.5, -0.5] and "m > 0" in row["criterion"]
     )
+    assert row["id"] == "p"
+    assert list(claims.table([row]).columns) == ["claim", "paper", "ours", "criterion", "verdict"]
 
 
 def test_inconsistent_criteria_are_refused(tmp_path):
@@ -60,3 +62,22 @@ def test_an_unmeasured_interval_is_inconclusive_and_a_reversed_one_an_error():
     assert claims.judge(ABOVE, float("nan"), float("nan"), float("nan"))["verdict"] == "inconclusive"
     with pytest.raises(ValueError, match="reversed"):
         claims.judge(ABOVE, 0.5, 0.9, 0.1)
+
+
+def test_a_chapter_with_criteria_reports_every_claim_against_them_with_an_interval():
+    """Every pre-registered claim appears in the chapter's committed results, judged by its own
+    criterion, with an interval; no claim is added without one; checks are listed apart."""
+    import json
+
+    from resid import book
+
+    for path in sorted(claims.CRITERIA.glob("*.toml")):
+        results = book.CHAPTERS_OUT / f"{path.stem}.json"
+        if not results.exists():
+            continue
+        rows = json.loads(results.read_text())["claims"]
+        expected = [c.describe() for c in claims.load_criteria(path.stem).values()]
+        assert sorted(row["criterion"] for row in rows) == sorted(expected), path.stem
+        verdicts = claims.VERDICTS + claims.PREDICTION_VERDICTS
+        assert all(len(row["interval"]) == 2 and row["verdict"] in verdicts for row in rows), path.stem
+        assert all(check["passed"] for check in json.loads(results.read_text()).get("checks", []))

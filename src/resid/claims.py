@@ -89,6 +89,7 @@ def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: 
     if criterion.prediction:
         verdict = {"reproduced": "supported", "not reproduced": "not supported"}.get(verdict, verdict)
     return {
+        "id": criterion.id,
         "claim": criterion.claim,
         "paper": criterion.source,
         "ours": ours or f"{estimate:.3g} [{low:.3g}, {high:.3g}]",
@@ -97,6 +98,14 @@ def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: 
         "interval": [low, high],
         "verdict": verdict,
     }
+
+
+def table(rows: list[dict]):
+    """The claims table a chapter shows: claim, paper, ours, criterion, verdict (the rows
+    themselves, with estimates and intervals, go into the chapter's results)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows)[["claim", "paper", "ours", "criterion", "verdict"]]
 
 
 def _verdict(c: Criterion, low: float, high: float) -> str:
