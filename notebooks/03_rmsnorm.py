@@ -217,11 +217,20 @@ check_rows.append(claims.check(
 pd.Series({k: len(v) for k, v in per_channel.items()}, name="per-channel vectors").to_frame()
 
 # %% [markdown]
+# ## Checks
+#
+# The identities and sanity properties asserted along the way (a failing one stops the
+# chapter). They are never counted as reproductions.
+
+# %%
+pd.DataFrame(check_rows).style.hide(axis="index")
+
+# %% [markdown]
 # (claims-rmsnorm)=
 # ## The paper's claims, judged against their pre-registered criteria
 #
 # Each row: the claim, the paper's figure, our estimate with its 95% t-interval over seeds, the
-# criterion written before the runs, and the verdict. Below it, the checks.
+# criterion written before the runs, and the verdict.
 
 # %%
 by_seed = chosen.set_index(["variant", "seed"])
@@ -243,11 +252,8 @@ for key, values, what in (
 claim_table = claims.table(claim_rows)
 claim_table.style.hide(axis="index")
 
-# %%
-pd.DataFrame(check_rows).style.hide(axis="index")
-
 # %% [markdown]
-# ## What differs from the paper, and what does not
+# **What differs from the paper, and what does not.** Computed from the rows above.
 
 # %%
 verdicts = {row["id"]: row["verdict"] for row in claim_rows}
@@ -268,8 +274,9 @@ display(
         f"performance'). These runs are {base.steps} steps on "
         f"{base.steps * base.batch_size * base.model.n_ctx / 1e6:.1f}M bytes at a learning rate chosen to "
         f"make the effect appear quickly, against the paper's billion tokens; we have not isolated the "
-        f"cause of either difference. Exercise 3.2 narrows it: the gains change nothing the forward pass "
-        f"could not do without them, so any difference they make is in how the optimiser moves them."
+        "cause of either difference. The folding exercise above narrows it: the gains change nothing "
+        "the forward pass could not do without them, so any difference they make is in how the "
+        "optimiser moves them."
     )
 )
 
