@@ -25,14 +25,16 @@ def test_tiny_run_learns_and_is_deterministic(monkeypatch, tmp_path):
     assert [row["train_loss"] for row in second.history] == losses
 
 
-def test_interrupted_run_resumes_to_the_same_result(monkeypatch, tmp_path):
+@pytest.mark.parametrize("optimizer", ["adamw", "shared_basis_adamw"])
+def test_interrupted_run_resumes_to_the_same_result(monkeypatch, tmp_path, optimizer):
+    cfg = TrainConfig(**{**TINY.__dict__, "optimizer": optimizer})
     monkeypatch.setenv("RESID_CACHE", str(tmp_path / "whole"))
-    whole = train(TINY, progress=False)
+    whole = train(cfg, progress=False)
     monkeypatch.setenv("RESID_CACHE", str(tmp_path / "parts"))
-    partial = train(TINY, progress=False, stop_after=13)
+    partial = train(cfg, progress=False, stop_after=13)
     assert len(partial.history) == 13
     assert not list(partial.path.parent.glob("*.tmp"))  # checkpoints are renamed into place
-    resumed = train(TINY, progress=False)
+    resumed = train(cfg, progress=False)  # the optimiser's state (moments, rotations) comes back too
     assert [r["train_loss"] for r in resumed.history] == [r["train_loss"] for r in whole.history]
     for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values(), strict=True):
         assert torch.equal(a, b)
