@@ -102,3 +102,15 @@ def test_bootstrap_of_a_correlation_brackets_it():
     r, low, high = stats.bootstrap_statistic(stats.pearson, x, y)
     assert low < r < high and 0.8 < r < 0.95
     assert abs(r - torch.corrcoef(torch.stack([x, y]))[0, 1].item()) < 1e-6
+
+
+def test_welch_interval_matches_scipy():
+    from scipy import stats as scipy_stats
+
+    a, b = [5.2, 5.4, 6.6], [0.2, 0.1, 0.3, 0.15]
+    difference, low, high = stats.welch_interval(a, b)
+    reference = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert difference == pytest.approx(sum(a) / 3 - sum(b) / 4)
+    assert (low, high) == pytest.approx((reference.low, reference.high))
+    with pytest.raises(ValueError, match="two seeds"):
+        stats.welch_interval([1.0], b)
