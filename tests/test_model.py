@@ -218,3 +218,17 @@ def test_folding_layernorm_centres_writes_and_keeps_the_function():
     assert all(cache[n].mean(-1).abs().max() < 1e-10 for n in folded.resid_names())  # a centred stream
     rotated = rotate_residual(folded, haar_rotation(32, seed=3, dtype=torch.float64))
     torch.testing.assert_close(rotated(TOKENS), model(TOKENS), rtol=0, atol=1e-10)
+
+
+def test_a_float64_models_loss_is_computed_in_float64():
+    # a float32 cross-entropy would hide every difference below ~1e-7, and with it the exactness
+    # of a rotation or a fold that the chapters check in float64
+    from resid.model import next_token_loss
+
+    logits = torch.randn(2, 5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, 7, (2, 6), generator=torch.Generator().manual_seed(1))
+    nudged = logits.clone()
+    nudged[0, 0, 0] += 1e-9
+    assert next_token_loss(logits, tokens).dtype == torch.float64
+    assert next_token_loss(nudged, tokens) != next_token_loss(logits, tokens)
+    assert next_token_loss(logits.bfloat16(), tokens).dtype == torch.float32

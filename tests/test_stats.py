@@ -114,3 +114,24 @@ def test_welch_interval_matches_scipy():
     assert (low, high) == pytest.approx((reference.low, reference.high))
     with pytest.raises(ValueError, match="two seeds"):
         stats.welch_interval([1.0], b)
+
+
+def test_heaviest_reads_each_run_at_one_tensor_against_that_tensors_own_control():
+    from resid import experiments
+    from resid.model import Config, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(Config(d_model=32, n_layers=3, n_heads=2, d_mlp=64, n_ctx=16, norm="basisfree"))
+    tokens = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(1))
+    table = experiments.analyse(model, tokens, n_rotations=2)
+    table["variant"], table["seed"] = "basisfree", 0
+    # make block 1's MLP input and boundary 2 the heaviest, with controls unlike the others
+    table.loc[1, ["mlp-in kurtosis", "mlp-in rotated mean"]] = [50.0, 3.5]
+    table.loc[2, ["kurtosis", "rotated mean"]] = [40.0, 2.5]
+    table.loc[0, "kurtosis"] = 99.0  # the embedding is never chosen
+    mlp_in = experiments.heaviest(table, "mlp-in").iloc[0]
+    residual = experiments.heaviest(table, "residual").iloc[0]
+    assert (mlp_in.layer, mlp_in.excess) == (1, 46.5) and (residual.layer, residual.excess) == (2, 37.5)
+    # an untouched MLP input's control is the rotation control of that same tensor: ≈ 3
+    assert table["mlp-in rotated mean"].iloc[[0, 2]].sub(3).abs().max() < 0.5
+    assert table["mlp-in rotated mean"].isna().tolist() == [False] * 3 + [True]

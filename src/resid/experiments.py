@@ -158,13 +158,16 @@ CONTROL_SEED = 1_000_000
 def analyse(model: Transformer, tokens: torch.Tensor, n_rotations: int = 8, seed: int = 0) -> pd.DataFrame:
     """Per layer boundary: the kurtosis metric and its rotation control, outlier dimensions by
     both thresholds, the largest entry over the RMS, the top-4 coordinates' energy share, and
-    the kurtosis of what each MLP reads (its computation basis)."""
+    the kurtosis of what each MLP reads (its computation basis) with that input's own control."""
     stream = model.residual_stream(tokens).float()
     _, cache = model.run_with_cache(tokens, [f"blocks.{i}.hook_mlp_in" for i in range(model.cfg.n_layers)])
     rows = []
     for layer, acts in enumerate(stream):
         control_mean, control_sd = stats.rotated_kurtosis(acts, n_rotations, seed=CONTROL_SEED + seed)
         mlp_in = cache.get(f"blocks.{layer}.hook_mlp_in")
+        mlp_in_control = np.nan
+        if mlp_in is not None:
+            mlp_in_control = stats.rotated_kurtosis(mlp_in, n_rotations, seed=CONTROL_SEED + seed)[0]
         rows.append({
             "layer": layer,
             "kurtosis": stats.kurtosis_metric(acts),
@@ -175,8 +178,28 @@ def analyse(model: Transformer, tokens: torch.Tensor, n_rotations: int = 8, seed
             "max|x| / rms": acts.abs().max().item() / stats.rms(acts),
             "top-4 energy share": stats.top_energy_share(acts, 4),
             "mlp-in kurtosis": np.nan if mlp_in is None else stats.kurtosis_metric(mlp_in),
+            "mlp-in rotated mean": mlp_in_control,
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def heaviest(analysis: pd.DataFrame, basis: str = "residual") -> pd.DataFrame:
+    """Per run (variant, seed) of ``analyse`` tables: where its tails are heaviest, in the
+    residual stream after a block or in what a block's MLP reads, with the excess kurtosis over
+    the rotated control of that same tensor (so a kurtosis and its control never come from
+    different layers). Columns: variant, seed, layer (boundary, or block for ``"mlp-in"``),
+    kurtosis, control, excess."""
+    columns = {"residual": ("kurtosis", "rotated mean"), "mlp-in": ("mlp-in kurtosis", "mlp-in rotated mean")}
+    if basis not in columns:
+        raise ValueError(f"basis {basis!r}; choose one of {sorted(columns)}")
+    kurtosis, control = columns[basis]
+    candidates = analysis[analysis.layer > 0] if basis == "residual" else analysis.dropna(subset=[kurtosis])
+    chosen = candidates.loc[candidates.groupby(["variant", "seed"])[kurtosis].idxmax()]
+    return pd.DataFrame({
+        "variant": chosen["variant"], "seed": chosen["seed"], "layer": chosen["layer"],
+        "kurtosis": chosen[kurtosis], "control": chosen[control],
+        "excess": chosen[kurtosis] - chosen[control],
+    }).reset_index(drop=True)  # fmt: skip
 
 
 def compare_variants(

@@ -653,8 +653,10 @@ class Transformer(nn.Module):
 
 
 def next_token_loss(logits: Tensor, tokens: Tensor) -> Tensor:
-    """Cross-entropy of ``logits`` (for ``tokens[:, :-1]``) against ``tokens[:, 1:]``."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+    """Cross-entropy of ``logits`` (for ``tokens[:, :-1]``) against ``tokens[:, 1:]``, in float32 or,
+    for float64 logits, in float64 (so that a float64 model's loss shows float64 differences)."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    return F.cross_entropy(flat.to(torch.promote_types(flat.dtype, torch.float32)), tokens[:, 1:].reshape(-1))
 
 
 def _adapt(fn: HookFn) -> Callable:
