@@ -18,7 +18,9 @@
 # **Reproduces** the central measurement of {cite:t}`elhage2023privileged` (residual-stream
 # kurtosis far above 3, a randomly rotated copy at 3) in byte-level decoders trained here, and
 # finds the smallest CPU training regime where it appears, by a sweep over the levers the paper
-# and {cite:t}`he2024outliers` point to.
+# and {cite:t}`he2024outliers` point to. The regime found is then confirmed on five seeds that
+# did not choose it, each claim against a criterion written before those seeds were analysed
+# (`notebooks/criteria/kurtosis.toml`).
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -41,11 +43,13 @@
 # rate, training length, Adam's $\beta_2$ and $\epsilon$, weight decay, width, and the corpus
 # (the standard library's source code, the kind of data {cite:t}`he2024outliers` studied outlier
 # features on). Every run logs the kurtosis of the residual stream at each layer boundary every
-# 100 steps, with one fixed random rotation as the control.
+# 100 steps, with one fixed random rotation as the control. The sweep trains one seed per lever:
+# it is a search, and the seeds of the regime below say how large a difference between two of
+# its runs must be before it is more than seed-to-seed noise.
 
 # %% tags=["parameters"]
 model_name = "regime"  # [one of regime] the chapter trains its own models; see resid.experiments
-seeds = (0, 1, 2)  # [non-empty, min 0] seeds of the regime model
+seeds = (1, 2, 3, 4, 5)  # [non-empty, min 0] seeds of the regime model (seed 0, the sweep's, chose it)
 n_sequences = 16  # [> 0] held-out sequences for the final measurements
 n_rotations = 8  # [> 0] random rotations in the control
 seed = 0  # [min 0]
@@ -63,8 +67,7 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, experiments, progress, stats
-from resid.book import verdict
+from resid import book, claims, experiments, progress, stats
 from resid.model import Transformer
 from resid.train import train
 
@@ -76,7 +79,9 @@ sweep, regime = dict(experiments.SWEEP), experiments.REGIME
 
 if quick:
     sweep = {name: experiments.quick_config(cfg) for name, cfg in list(sweep.items())[:3]}
-    regime, seeds, n_sequences, n_rotations = experiments.quick_config(regime), (0, 1), 4, 2
+    regime, seeds, n_sequences, n_rotations = experiments.quick_config(regime), (1, 2), 4, 2
+criteria = claims.load_criteria("kurtosis")
+claim_rows, check_rows = [], []
 
 # %% [markdown]
 # ## First, the metric itself
@@ -89,12 +94,21 @@ generator = torch.Generator().manual_seed(seed)
 gaussian = torch.randn(2048, 128, generator=generator)
 heavy = gaussian.clone()
 heavy[:, :4] *= 8
+controls = {name: stats.rotated_kurtosis(acts, n_rotations) for name, acts in (("gaussian", gaussian),
+                                                                             ("heavy", heavy))}  # fmt: skip
 sanity = pd.DataFrame([
     {"activations": "Gaussian, d=128", "kurtosis": stats.kurtosis_metric(gaussian),
-     "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*stats.rotated_kurtosis(gaussian, n_rotations))},
+     "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*controls["gaussian"])},
     {"activations": "4 coordinates scaled ×8", "kurtosis": stats.kurtosis_metric(heavy),
-     "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*stats.rotated_kurtosis(heavy, n_rotations))},
+     "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*controls["heavy"])},
 ])  # fmt: skip
+check_rows.append(claims.check(
+    "the metric is ≈ 3 for Gaussian vectors and for any rotated vectors; heavy coordinates raise it",
+    abs(sanity["kurtosis"][0] - 3) < 0.2 and max(abs(c[0] - 3) for c in controls.values()) < 0.2
+    and sanity["kurtosis"][1] > 10,
+    f"Gaussian {sanity['kurtosis'][0]:.2f}, heavy {sanity['kurtosis'][1]:.1f}, rotated "
+    f"{controls['gaussian'][0]:.2f} and {controls['heavy'][0]:.2f}",
+))  # fmt: skip
 sanity.style.format({"kurtosis": "{:.2f}"}).hide(axis="index")
 
 # %% [markdown]
@@ -120,7 +134,11 @@ formula_check = pd.DataFrame(rows).set_index("k")
 # with one or four, most tokens' heavy entries happen to be small, and the mean of the
 # per-token ratios falls far below the ratio of the moments.
 ratio = formula_check["measured"] / formula_check["formula"]
-assert (ratio.loc[[32, 64]] - 1).abs().max() < 0.1 and (ratio.loc[[1, 4]] < 0.8).all()
+check_rows.append(claims.check(
+    "the formula holds for many heavy coordinates and overestimates the metric for few",
+    (ratio.loc[[32, 64]] - 1).abs().max() < 0.1 and (ratio.loc[[1, 4]] < 0.8).all(),
+    "measured / formula: " + ", ".join(f"k={k}: {r:.2f}" for k, r in ratio.items()),
+))  # fmt: skip
 formula_check.style.format("{:.1f}")
 
 # %% [markdown]
@@ -195,13 +213,15 @@ crossing = {
           else None)
     for run, group in by_step.groupby("run", sort=False)
 }  # fmt: skip
+first_is_first = []
 for run, step in crossing.items():
     group = by_step[by_step.run == run]
     if step is None:
-        assert group["kurtosis"].max() <= threshold
+        first_is_first.append(group["kurtosis"].max() <= threshold)
     else:  # nothing crossed before the step found, and something did at it
-        assert (group.loc[group.step < step, "kurtosis"] <= threshold).all()
-        assert group.loc[group.step == step, "kurtosis"].max() > threshold
+        first_is_first.append((group.loc[group.step < step, "kurtosis"] <= threshold).all()
+                              and group.loc[group.step == step, "kurtosis"].max() > threshold)  # fmt: skip
+check_rows.append(claims.check("each crossing step found is the first", all(first_is_first)))
 pd.Series({run: "never" if step is None else int(step) for run, step in crossing.items()},
           name=f"first step with kurtosis > {threshold:g}").to_frame()  # fmt: skip
 
@@ -268,7 +288,7 @@ for s in progress.track(seeds, "regime seed"):
         histories.append(
             {"seed": s, "step": h["step"], "train loss": h["train_loss"], "val loss": h.get("val_loss")}
         )
-analysis = pd.concat(tables)
+analysis = pd.concat(tables, ignore_index=True)
 history = pd.DataFrame(histories)
 
 # %% tags=["plot"]
@@ -325,36 +345,77 @@ own = pd.DataFrame([{"layer": i, "kurtosis": stats.kurtosis_metric(acts),
 # the control: a rotated vector's entries are close to Gaussian whatever the model learned
 # (a little below 3 at this width: the sample kurtosis of d Gaussians averages 3(d-1)/(d+1))
 d_tiny = tiny.model.d_model
-assert (own["rotated"] - 3 * (d_tiny - 1) / (d_tiny + 1)).abs().max() < 0.4
+check_rows.append(claims.check(
+    "a trained model's rotated control is the Gaussian value whatever it learned",
+    (own["rotated"] - 3 * (d_tiny - 1) / (d_tiny + 1)).abs().max() < 0.4,
+    f"{own['rotated'].min():.2f} to {own['rotated'].max():.2f} against {3 * (d_tiny - 1) / (d_tiny + 1):.2f}",
+))  # fmt: skip
 own.style.format("{:.2f}").hide(axis="index")
 
 # %% [markdown]
-# (claims-kurtosis)=
-# ## The paper's claims beside ours
+# How far apart can two seeds of the same configuration land? The regime's seeds give the scale
+# against which the sweep's single-seed differences should be read.
 
 # %%
 after_blocks = analysis[analysis.layer > 0]
-peak = after_blocks.groupby("seed")["kurtosis"].max()
-control_gap = (after_blocks["rotated mean"] - 3).abs().max()
+chosen = after_blocks.loc[after_blocks.groupby("seed")["kurtosis"].idxmax()].set_index("seed")
+assert chosen.index.is_unique  # one boundary per seed
+chosen["excess"] = chosen["kurtosis"] - chosen["rotated mean"]
+seed_cv = chosen["kurtosis"].std() / chosen["kurtosis"].mean() if len(seeds) > 1 else float("nan")
+check_rows.append(claims.check(
+    "the rotated control of every boundary after a block is ≈ 3",
+    bool((after_blocks["rotated mean"] - 3).abs().max() < (1.0 if quick else 0.2)),
+    f"{after_blocks['rotated mean'].min():.2f} to {after_blocks['rotated mean'].max():.2f}",
+))  # fmt: skip
+display(Markdown(
+    f"Over the regime's {len(seeds)} seeds the heaviest boundary's kurtosis runs from "
+    f"{chosen['kurtosis'].min():.1f} to {chosen['kurtosis'].max():.1f} (coefficient of variation "
+    f"{seed_cv:.0%}). Two sweep runs, one seed each, whose kurtosis differs by less than that are not "
+    "told apart by this sweep; it chose a regime, it does not rank the levers."
+))  # fmt: skip
 
+# %% [markdown]
+# ## Checks
+#
+# The identities and sanity properties asserted along the way (a failing one stops the
+# chapter). They are never counted as reproductions.
 
-claims = pd.DataFrame([
-    {"claim": "residual kurtosis well above 3", "paper": "far above 3 (200M model, ~1B tokens)",
-     "ours": f"max over layers {peak.mean():.2f} ± {peak.std():.2f} over {len(seeds)} seeds",
-     "verdict": verdict(peak.min() >= 10, partly=peak.min() > 3.5),
-     "why": "target: ≥ 10 in some layer; the regime search is above"},
-    {"claim": "a random rotation gives ≈ 3", "paper": "≈ 3",
-     "ours": f"{after_blocks['rotated mean'].min():.2f}–{after_blocks['rotated mean'].max():.2f}",
-     "verdict": verdict(control_gap < 0.2, partly=control_gap < 0.5),
-     "why": "target: within 3 ± 0.2 in every layer"},
-    {"claim": "outlier dimensions (|x| > 6) in every layer", "paper": "20–60 of 1280 per layer",
-     "ours": f"absolute {after_blocks['outliers |x|>6'].mean():.0f}, scale-free "
-             f"{after_blocks['outliers |x|>6 rms'].mean():.1f} of {regime.model.d_model}",
-     "verdict": verdict(1 <= after_blocks["outliers |x|>6 rms"].mean() <= 0.1 * regime.model.d_model,
-                        partly=after_blocks["outliers |x|>6 rms"].mean() > 0),
-     "why": "the scale-free count (|x| > 6 × token RMS) is comparable across models"},
-])  # fmt: skip
-claims.style.hide(axis="index")
+# %%
+pd.DataFrame(check_rows).style.hide(axis="index")
+
+# %% [markdown]
+# (claims-kurtosis)=
+# ## The paper's claims, judged against their pre-registered criteria
+#
+# Each row: the claim, the paper's figure, our estimate with its 95% t-interval over the
+# regime's seeds, the criterion written before those seeds were analysed, and the verdict.
+
+# %%
+fewest_outliers = after_blocks.groupby("seed")["outliers |x|>6 rms"].min()
+measured = {
+    "privileged_basis": (chosen["excess"], "excess"),
+    "regime_target": (chosen["kurtosis"], "kurtosis"),
+    "outliers_every_layer": (fewest_outliers, "fewest outlier dims"),
+}
+for key, criterion in criteria.items():
+    values, what = measured[key]
+    mean, low, high = stats.t_interval(values.loc[list(seeds)].to_numpy(dtype=float))
+    claim_rows.append(claims.judge(criterion, mean, low, high, f"{what} {mean:.3g} [{low:.3g}, {high:.3g}]"))
+claims.table(claim_rows).style.hide(axis="index")
+
+# %%
+verdicts = {row["id"]: row["verdict"] for row in claim_rows}
+mean_outliers = after_blocks["outliers |x|>6 rms"].mean()
+display(Markdown(
+    f"**Takeaways.** The regime, trained with {len(seeds)} seeds it was not chosen on, ends with an excess "
+    f"kurtosis of {chosen['excess'].mean():.1f} over its rotated control (verdict on a privileged basis: "
+    f"{verdicts['privileged_basis']}); its heaviest boundary reaches the sweep's target of 10 in "
+    f"{(chosen['kurtosis'] >= 10).sum()} of {len(seeds)} seeds (mean {chosen['kurtosis'].mean():.1f}: "
+    f"{verdicts['regime_target']}). Every boundary after a block has at least "
+    f"{fewest_outliers.min():.0f} scale-free outlier dimensions in every seed ({mean_outliers:.1f} of "
+    f"{regime.model.d_model} on average; the paper's 200M model had 20–60 of 1280 per layer; "
+    f"{verdicts['outliers_every_layer']})."
+))  # fmt: skip
 
 # %%
 results = {
@@ -364,7 +425,9 @@ results = {
     "seeds": list(seeds),
     "sweep": sweep_table.to_dict(orient="records"),
     "regime_per_layer": per_layer.reset_index().to_dict(orient="records"),
-    "claims": claims.to_dict(orient="records"),
+    "regime_seed_cv": seed_cv,
+    "claims": claim_rows,
+    "checks": check_rows,
     "seconds": time.time() - started,
 }
 book.save_results(results, rerun={"seeds": seeds, "n_sequences": n_sequences, "seed": seed})
