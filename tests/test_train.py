@@ -56,6 +56,20 @@ def test_config_hash_changes_with_any_field():
     assert TINY.key() != TrainConfig(**{**TINY.__dict__, "model": Config(norm="basisfree")}).key()
 
 
+def test_a_bfloat16_run_is_its_own_run_and_learns_like_float32(monkeypatch, tmp_path):
+    # runs cached before the precision field existed keep their keys
+    assert TINY.key() == "43697044cefc109f"  # its key before TrainConfig.precision was added
+    half = TrainConfig(**{**TINY.__dict__, "precision": "bfloat16"})
+    assert half.key() != TINY.key()
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    full_losses = [row["train_loss"] for row in train(TINY, progress=False).history]
+    result = train(half, progress=False)
+    half_losses = [row["train_loss"] for row in result.history]
+    assert half_losses != full_losses  # the matmuls really ran in bf16
+    assert abs(half_losses[-1] - full_losses[-1]) < 0.1 and half_losses[-1] < half_losses[0] - 1.0
+    assert all(p.dtype == torch.float32 for p in result.model.parameters())  # master weights stay fp32
+
+
 def test_warmup_then_cosine_schedule():
     cfg = TrainConfig(lr=1.0, steps=110, warmup_steps=10, min_lr_ratio=0.1)
     assert lr_at(cfg, 0) == pytest.approx(0.1)
@@ -74,6 +88,8 @@ def test_sgd_run_learns(monkeypatch, tmp_path):
 def test_bad_training_config_is_a_clear_error():
     with pytest.raises(ValueError, match="optimizer"):
         TrainConfig(optimizer="adagrad")
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="float16")
     with pytest.raises(ValueError, match="byte tokens"):
         train(TrainConfig(model=Config(vocab_size=1000)), progress=False)
 

@@ -33,6 +33,8 @@ from .provenance import record_build
 from .stats import haar_rotation, kurtosis_metric, top_energy_share
 
 OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "shared_basis_adamw", "muon", "soap")
+PRECISIONS = ("float32", "bfloat16")
+LATER_FIELDS = {"precision": "float32"}
 LATER_MODEL_FIELDS = {
     "attn_only": False, "qkv_bias": False, "qk_norm": False, "rotary_dim": 0, "parallel": False,
     "sliding_window": 0, "layer_windows": (), "local_rope_theta": 0.0, "sandwich_norms": False,
@@ -59,10 +61,15 @@ class TrainConfig:
     eval_every: int = 100
     eval_batches: int = 8
     checkpoint_every: int = 100
+    # bfloat16: each training step's forward and loss under bf16 autocast (matmuls in bf16, the
+    # weights, optimiser state and residual sums in float32); evaluation stays in float32
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"TrainConfig.optimizer={self.optimizer!r}; choose one of {OPTIMIZERS}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainConfig.precision={self.precision!r}; choose one of {PRECISIONS}")
         if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("steps and batch_size must be positive, and lr > 0")
 
@@ -73,6 +80,9 @@ class TrainConfig:
         for name, default in LATER_MODEL_FIELDS.items():
             if fields["model"][name] == default:
                 del fields["model"][name]
+        for name, default in LATER_FIELDS.items():
+            if fields[name] == default:
+                del fields[name]
         text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -368,8 +378,9 @@ def _train_step(
     # have; each process takes every world-th row of it.
     batch = batch_of(ids, cfg, seed=cfg.seed * 1_000_003 + step)
     batch = batch[rank::world].to(device)
-    logits = forward(batch[:, :-1])
-    loss = next_token_loss(logits, batch)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bfloat16"):
+        logits = forward(batch[:, :-1])
+        loss = next_token_loss(logits, batch)
     optimizer.zero_grad()
     loss.backward()
     if cfg.grad_clip:
