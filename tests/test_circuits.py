@@ -3,6 +3,7 @@ is known exactly."""
 
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 import torch
 
@@ -134,6 +135,38 @@ def test_batched_head_patching_matches_one_forward_per_head(model):
         assert not torch.allclose(batched, batched[0, 0])  # heads differ: the test can fail
 
 
+def test_per_prompt_sweeps_average_to_the_mean_sweeps_and_match_a_prompt_run_alone(model):
+    clean, corrupt = prompts(0), prompts(1)
+    answers, foils = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+    metric = patching.LogitDiff(answers, foils)
+    names = [f"blocks.{i}.attn.hook_z" for i in range(2)] + [f"blocks.{i}.hook_resid_pre" for i in range(2)]
+    values = patching.interventions(model, clean, corrupt, names)["resample"]
+    for sweep in (patching.patch_heads, patching.patch_residual):
+        per_prompt = sweep(model, clean, values, metric, per_prompt=True)
+        assert per_prompt.shape[-1] == 3
+        torch.testing.assert_close(per_prompt.mean(-1), sweep(model, clean, values, metric))
+        alone = sweep(
+            model,
+            clean[1:2],
+            {k: v[1:2] for k, v in values.items()},
+            patching.LogitDiff(answers[1:2], foils[1:2]),
+        )
+        torch.testing.assert_close(per_prompt[..., 1], alone)
+    graph = patching.Graph.of(model)
+    edges = [tuple(e) for e in graph.allowed.nonzero()[:3].tolist()]
+    per_edge, _ = patching.edge_patching(model, clean, corrupt, metric, edges, per_prompt=True)
+    torch.testing.assert_close(
+        per_edge.mean(-1), patching.edge_patching(model, clean, corrupt, metric, edges)[0]
+    )
+    corrupted = patching.corrupted_outputs(model, corrupt)
+    kept = graph.allowed & (torch.rand(graph.allowed.shape, generator=torch.Generator().manual_seed(0)) < 0.5)
+    by_prompt = patching.circuit_metric(model, clean, corrupted, metric, kept, per_prompt=True)
+    assert by_prompt.shape == (3,)
+    assert by_prompt.mean().item() == pytest.approx(
+        patching.circuit_metric(model, clean, corrupted, metric, kept)
+    )
+
+
 def test_integrated_gradients_are_complete(model):
     frame, check = attribution.input_attributions(model, prompts(0, n=1)[0], target=7, foil=9, ig_steps=64)
     assert check["relative error"] < 0.01
@@ -174,6 +207,13 @@ def test_direct_logit_attributions_sum_to_the_logit(model):
     torch.testing.assert_close(parts.sum(0), cache[model.resid_names()[-1]][:, -1])
     lens = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]))
     assert len(lens) == model.cfg.n_layers + 1
+    # the last boundary read through the lens is the model's own output
+    by_prompt = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]), by_prompt=True)
+    assert len(by_prompt) == 3 * len(lens)
+    means = by_prompt.groupby("layer").mean().drop(columns="prompt").reset_index()
+    pd.testing.assert_frame_equal(means, lens)
+    top1 = (model(tokens)[:, -1].argmax(-1) == torch.tensor([1, 2, 3])).float()
+    assert by_prompt[by_prompt.layer == model.cfg.n_layers]["top-1 accuracy"].tolist() == top1.tolist()
 
 
 def test_eap_equals_exact_patching_where_the_metric_is_linear_in_the_edge():
@@ -235,6 +275,17 @@ def test_circuits_and_scores_have_the_right_shapes_and_meaning():
     assert len(scores) == 8 and scores[["copying", "suppression"]].le(1).all().all()
     effect = heads.attended_token_effect(model, prompts(0).long(), 1, 0)
     assert effect["positions"] > 0
+    # per sequence, weighted by each sequence's positions, the same means
+    by_sequence = heads.attended_token_effect(model, prompts(0).long(), 1, 0, by_sequence=True)
+    weights = by_sequence["positions"] / by_sequence["positions"].sum()
+    for name in ("direct effect on attended token", "logit change when ablated"):
+        assert (by_sequence[name] * weights).sum().item() == pytest.approx(effect[name], rel=1e-5, abs=1e-6)
+    repeated = heads.repeated_tokens(4, 6, 256, seed=0)
+    first, repeat = heads.in_context_losses_by_sequence(model, repeated, start=6)
+    assert first.shape == repeat.shape == (4,)
+    assert (first.mean().item(), repeat.mean().item()) == pytest.approx(
+        heads.in_context_losses(model, repeated, start=6)
+    )
     stream = torch.tensor([1, 2, 1, 2, 1, 3])
     table = heads.bigram_log_probs(stream, 5, rows=torch.tensor([1, 2]), smoothing=0.0)
     assert table[0, 2].exp().item() == pytest.approx(2 / 3) and table[1, 1].exp().item() == pytest.approx(1.0)

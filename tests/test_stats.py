@@ -135,3 +135,15 @@ def test_heaviest_reads_each_run_at_one_tensor_against_that_tensors_own_control(
     # an untouched MLP input's control is the rotation control of that same tensor: ≈ 3
     assert table["mlp-in rotated mean"].iloc[[0, 2]].sub(3).abs().max() < 0.5
     assert table["mlp-in rotated mean"].isna().tolist() == [False] * 3 + [True]
+
+
+def test_a_ratio_bootstrap_over_a_map_gives_each_cell_its_own_ratio_interval():
+    generator = torch.Generator().manual_seed(0)
+    numerator = torch.randn(30, 2, 3, generator=generator) + 2
+    denominator = torch.rand(30, generator=generator) + 1
+    estimate, low, high = stats.ratio_bootstrap(numerator, denominator)
+    assert estimate.shape == low.shape == high.shape == (2, 3)
+    for i, j in ((0, 0), (1, 2)):
+        one = stats.ratio_bootstrap(numerator[:, i, j], denominator)  # the same resamples, one cell
+        assert one == pytest.approx((estimate[i, j].item(), low[i, j].item(), high[i, j].item()))
+    assert torch.all(low < estimate) and torch.all(estimate < high)

@@ -241,20 +241,20 @@ def direct_logit_attribution(
 
 
 @torch.no_grad()
-def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor) -> pd.DataFrame:
+def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor, by_prompt: bool = False) -> pd.DataFrame:
     """At every layer boundary, the last position's residual read out through the final norm
-    and unembedding: the probability and rank of ``targets`` (mean over the batch)."""
+    and unembedding: the probability and rank of ``targets`` and whether it is the top-1, as the
+    mean over the batch, or with ``by_prompt`` one row per (layer, prompt)."""
     _, cache = model.run_with_cache(tokens, model.resid_names())
     rows = []
     for layer, name in enumerate(model.resid_names()):
         logits = model.head(cache[name][:, -1]).float()
-        target_logit = logits.gather(1, targets[:, None])
-        rows.append(
-            {
-                "layer": layer,
-                "probability": logits.softmax(-1).gather(1, targets[:, None]).mean().item(),
-                "rank": (logits > target_logit).sum(1).float().mean().item(),
-                "top-1 accuracy": (logits.argmax(-1) == targets).float().mean().item(),
-            }
-        )
-    return pd.DataFrame(rows)
+        target_logit = logits.gather(1, targets[:, None])[:, 0]
+        rows.append(pd.DataFrame({
+            "layer": layer, "prompt": range(len(targets)),
+            "probability": logits.softmax(-1).gather(1, targets[:, None])[:, 0].numpy(),
+            "rank": (logits > target_logit[:, None]).sum(1).float().numpy(),
+            "top-1 accuracy": (logits.argmax(-1) == targets).float().numpy(),
+        }))  # fmt: skip
+    frame = pd.concat(rows, ignore_index=True)
+    return frame if by_prompt else frame.groupby("layer").mean().drop(columns="prompt").reset_index()

@@ -67,16 +67,24 @@ def head_scores(model: Transformer, tokens: Tensor, period: int, start: int | No
     return pd.DataFrame(rows)
 
 
-@torch.no_grad()
 def in_context_losses(model: Transformer, tokens: Tensor, start: int) -> tuple[float, float]:
     """Mean next-token loss on the first pass of a repeated sequence and on its repeat, which
     begins at position ``start``; a model that copies from context has a much lower loss on
     the repeat (random tokens are otherwise unpredictable). The repeat's first token, which
     nothing in context predicts, counts in neither.
     """
+    first, repeat = in_context_losses_by_sequence(model, tokens, start)
+    return first.mean().item(), repeat.mean().item()
+
+
+@torch.no_grad()
+def in_context_losses_by_sequence(model: Transformer, tokens: Tensor, start: int) -> tuple[Tensor, Tensor]:
+    """``in_context_losses`` for each sequence apart (for intervals over sequences): two
+    ``[batch]`` tensors. Every sequence has the same number of positions in each part, so their
+    means are the overall means."""
     logits = model(tokens[:, :-1]).float()
     losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
-    return losses[:, : start - 1].mean().item(), losses[:, start:].mean().item()
+    return losses[:, : start - 1].mean(1), losses[:, start:].mean(1)
 
 
 def _head_slices(model: Transformer, layer: int, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -141,13 +149,17 @@ def copy_scores(model: Transformer, token_ids: Tensor) -> pd.DataFrame:
 
 
 @torch.no_grad()
-def attended_token_effect(model: Transformer, tokens: Tensor, layer: int, head: int) -> dict:
+def attended_token_effect(
+    model: Transformer, tokens: Tensor, layer: int, head: int, by_sequence: bool = False
+) -> dict:
     """What a head does to the token it attends to most, measured by mean-ablating it.
 
     At every query position, the head's strongest key holds some token t; the function returns
     the head's direct effect on t's logit (mean over positions where t is not the token at the
-    query itself) and the change in t's logit when the head's output is replaced by its mean.
-    A copy-suppression head lowers t directly, so ablating it raises t's logit.
+    query itself) and the change in t's logit when the head's output is replaced by its mean
+    over every sequence and position. A copy-suppression head lowers t directly, so ablating it
+    raises t's logit. ``by_sequence``: both effects as ``[batch]`` tensors, each sequence's mean
+    over its own positions (for intervals over sequences).
     """
     name_z, name_p = f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.attn.hook_pattern"
     logits, cache = model.run_with_cache(tokens, [name_z, name_p])
@@ -165,15 +177,15 @@ def attended_token_effect(model: Transformer, tokens: Tensor, layer: int, head: 
     written = write(block.attn.head_results(cache[name_z])[:, :, head], block.R_attn_out)
     direct = model.direction_logits(written)
     pick = attended.unsqueeze(-1)
-    return {
-        "direct effect on attended token": direct.gather(-1, pick).squeeze(-1)[keep].float().mean().item(),
-        "logit change when ablated": (ablated.gather(-1, pick) - logits.gather(-1, pick))
-        .squeeze(-1)[keep]
-        .float()
-        .mean()
-        .item(),
-        "positions": int(keep.sum()),
-    }
+    effects = {
+        "direct effect on attended token": direct.gather(-1, pick).squeeze(-1).float(),
+        "logit change when ablated": (ablated.gather(-1, pick) - logits.gather(-1, pick)).squeeze(-1).float(),
+    }  # each [batch, query]
+    if by_sequence:
+        kept = keep.sum(1)
+        return {name: (value * keep).sum(1) / kept for name, value in effects.items()} | {"positions": kept}
+    means = {name: value[keep].mean().item() for name, value in effects.items()}
+    return means | {"positions": int(keep.sum())}
 
 
 @torch.no_grad()

@@ -108,9 +108,11 @@ def patch_residual(
     metric: Metric,
     chunk: int = 512,
     positions_per_pass: int = 2,
+    per_prompt: bool = False,
 ) -> Tensor:
     """Patch the residual stream at one layer and one position at a time: ``[layer, position]``
-    (``[layer, position, k]`` for a metric that returns k values), averaged over prompts.
+    (``[layer, position, k]`` for a metric that returns k values), averaged over prompts, or
+    ``[layer, position, prompt(, k)]`` with ``per_prompt`` (for intervals over prompts).
 
     ``replacements[f"blocks.{l}.hook_resid_pre"]`` holds the values (``[batch, pos, d_model]``).
     Patches run batched from their layer on. In a causal model a patch at position p cannot
@@ -124,6 +126,7 @@ def patch_residual(
     kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
     _, cache = model.run_with_cache(tokens, names + (kv_names if suffix else []))
     batch, n_pos = tokens.shape
+    reduce = (lambda x: x) if per_prompt else (lambda x: x.mean(1))
     result = []
     for layer, name in enumerate(progress.steps(names, "residual patching, by layer")):
         if not suffix:
@@ -131,7 +134,7 @@ def patch_residual(
             positions = torch.arange(n_pos)
             x[positions, :, positions] = replacements[name].transpose(0, 1)
             values = _batched(lambda xs, layer=layer: _run_from(model, xs, layer), x.flatten(0, 1), chunk)
-            result.append(metric(values.view(n_pos, batch, -1)).mean(1))
+            result.append(reduce(metric(values.view(n_pos, batch, -1))))
             continue
         per_position = []
         for first in range(0, n_pos, positions_per_pass):
@@ -148,7 +151,7 @@ def patch_residual(
                 for i in range(layer, cfg.n_layers)
             }
             values = _run_suffix(model, x.flatten(0, 1), layer, first, prefix)
-            per_position.append(metric(values.view(len(group), batch, -1)).mean(1))
+            per_position.append(reduce(metric(values.view(len(group), batch, -1))))
         result.append(torch.cat(per_position))
     return torch.stack(result).float().cpu()
 
@@ -166,10 +169,16 @@ def _run_suffix(model: Transformer, x: Tensor, layer: int, start: int, prefix: d
 
 @torch.no_grad()
 def patch_heads(
-    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric, chunk: int = 512
+    model: Transformer,
+    tokens: Tensor,
+    replacements: dict[str, Tensor],
+    metric: Metric,
+    chunk: int = 512,
+    per_prompt: bool = False,
 ) -> Tensor:
     """Patch one head's output (its ``hook_z``, at every position) at a time: ``[layer, head]``,
-    the metric averaged over prompts; every head of a layer in one batched pass from that layer."""
+    the metric averaged over prompts, or ``[layer, head, prompt]`` with ``per_prompt``; every
+    head of a layer in one batched pass from that layer."""
     cfg = model.cfg
     resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, resid_names)
@@ -192,7 +201,8 @@ def patch_heads(
 
         x = cache[resid_names[layer]].repeat(cfg.n_heads, 1, 1)  # [head * batch, pos, d]
         values = _batched(run, x, chunk, pass_offset=True)
-        result.append(metric(values.view(cfg.n_heads, batch, -1)).mean(1))
+        per_head = metric(values.view(cfg.n_heads, batch, -1))
+        result.append(per_head if per_prompt else per_head.mean(1))
     return torch.stack(result).float().cpu()
 
 
@@ -380,19 +390,26 @@ def edge_attribution_patching(
 
 @torch.no_grad()
 def edge_patching(
-    model: Transformer, clean: Tensor, counterfactual: Tensor, metric: Metric, edges: list[tuple[int, int]]
+    model: Transformer,
+    clean: Tensor,
+    counterfactual: Tensor,
+    metric: Metric,
+    edges: list[tuple[int, int]],
+    per_prompt: bool = False,
 ) -> tuple[Tensor, float]:
     """Exact path patching of single edges: the metric's change when only edge (u, v) is
-    corrupted, one forward pass per edge; and the seconds it took."""
+    corrupted, one forward pass per edge (``[edge]``, or ``[edge, prompt]`` with
+    ``per_prompt``); and the seconds it took."""
     started = time.perf_counter()
     graph = Graph.of(model)
     corrupted = corrupted_outputs(model, counterfactual)
     keep = graph.allowed.float()
-    base = metric(graph_forward(model, clean, keep, corrupted)[0]).mean()
+    reduce = (lambda x: x) if per_prompt else (lambda x: x.mean())
+    base = reduce(metric(graph_forward(model, clean, keep, corrupted)[0]))
     changes = []
     for u, v in progress.steps(edges, "exact edge patching"):
         keep[u, v] = 0.0
-        changes.append(metric(graph_forward(model, clean, keep, corrupted)[0]).mean() - base)
+        changes.append(reduce(metric(graph_forward(model, clean, keep, corrupted)[0])) - base)
         keep[u, v] = 1.0
     return torch.stack(changes).cpu(), time.perf_counter() - started
 
@@ -435,11 +452,18 @@ def path_patching(
 
 @torch.no_grad()
 def circuit_metric(
-    model: Transformer, clean: Tensor, corrupted: Tensor, metric: Metric, kept: Tensor
-) -> float:
+    model: Transformer,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    kept: Tensor,
+    per_prompt: bool = False,
+) -> float | Tensor:
     """The metric when only the ``kept`` edges (bool ``[upstream, downstream]``) read the clean
-    run and every other edge is corrupted."""
-    return metric(graph_forward(model, clean, kept.float(), corrupted)[0]).mean().item()
+    run and every other edge is corrupted: its mean over prompts, or ``[prompt]`` with
+    ``per_prompt``."""
+    values = metric(graph_forward(model, clean, kept.float(), corrupted)[0])
+    return values.cpu() if per_prompt else values.mean().item()
 
 
 @torch.no_grad()

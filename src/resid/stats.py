@@ -118,17 +118,31 @@ def bootstrap(
 
 def ratio_bootstrap(
     numerator: Tensor, denominator: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
+) -> tuple:
     """The ratio of two means over the same prompts, mean(numerator) / mean(denominator), with a
-    percentile bootstrap interval that resamples prompts for both at once."""
-    if numerator.shape != denominator.shape or len(numerator) < 2:
+    percentile bootstrap interval that resamples prompts for both at once: ``(ratio, low, high)``.
+
+    The first axis is the prompt. ``numerator`` may carry more axes (a ``[prompt, layer,
+    position]`` patching map: every cell gets its interval from the same resamples) and
+    ``denominator`` either the same shape or only the prompt axis; then the three are tensors
+    shaped like one prompt's cells, else floats."""
+    if len(numerator) != len(denominator) or len(numerator) < 2:
         raise ValueError("a ratio bootstrap needs two equal-length vectors of at least two values")
+    cells = numerator.shape[1:]
     generator = torch.Generator().manual_seed(seed)
     picks = torch.randint(0, len(numerator), (n_resamples, len(numerator)), generator=generator)
-    ratios = numerator.double()[picks].mean(1) / denominator.double()[picks].mean(1)
+
+    def ratio_of_means(num: Tensor, den: Tensor, axis: int) -> Tensor:
+        num, den = num.mean(axis), den.mean(axis)
+        return num / den.reshape(den.shape + (1,) * (num.dim() - den.dim()))
+
+    ratios = ratio_of_means(numerator.double()[picks], denominator.double()[picks], 1)  # [resample, *cells]
     tail = (1 - level) / 2
-    low, high = torch.quantile(ratios, torch.tensor([tail, 1 - tail], dtype=torch.float64))
-    return (numerator.double().mean() / denominator.double().mean()).item(), low.item(), high.item()
+    low, high = torch.quantile(ratios, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
+    estimate = ratio_of_means(numerator.double(), denominator.double(), 0)
+    if not cells:
+        return estimate.item(), low.item(), high.item()
+    return estimate, low, high
 
 
 def bootstrap_statistic(
