@@ -27,7 +27,8 @@
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
 # training runs and SmolLM2 cached; {glue:text}`rerun_cold` from a cold cache, which trains the
-# basis-free, LayerNorm, shared- and independent-rotation models for every seed.
+# basis-free, LayerNorm, shared- and independent-rotation models for every seed, and the
+# basis-free and shared-rotation models again in bfloat16.
 # Where the training runs were trained: {glue:text}`trained_on`.
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
@@ -47,8 +48,13 @@
 #    *independent* ones, and the model learns as well as the baseline;
 # 3. in those models the residual stream's kurtosis is about 3, but in the shared-rotation
 #    model the *computation basis* (what the MLP reads, after the rotation) is as heavy-tailed
-#    as the baseline's residual stream, and the independent-rotation model shows little: the
+#    as the baseline's (we compare what the MLPs read in both models, each against its own
+#    rotated control), and the independent-rotation model shows little: the
 #    privileged basis is made by the layers' computation, not by the residual stream.
+#
+# The paper does not train in 16 bits. We also train the basis-free and shared-rotation models
+# in bfloat16, to test its conclusion, that floating-point precision does not make the basis,
+# where rounding is coarsest.
 #
 # The same trick makes quantisation work on real models (QuaRot {cite:p}`ashkboos2024quarot`,
 # SpinQuant {cite:p}`liu2024spinquant`): fold the norms' gains into the next matrices,
@@ -69,6 +75,7 @@ quick = False  # a small run for CI
 import copy
 import time
 import warnings
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -429,6 +436,64 @@ check_rows.append(claims.check(
 computation_basis.style.format("{:.3f}")
 
 # %% [markdown]
+# ## 5. Training in bfloat16
+#
+# Section 1 rotated a model after training. Does 16-bit arithmetic *during* training prefer the
+# standard basis? We retrain the basis-free and shared-rotation models under bfloat16 autocast
+# (`TrainConfig(precision="bfloat16")`: every training step's matmuls in bf16; weights, optimiser
+# state and residual sums in float32), with the same seeds, data and steps. The shared-rotation
+# model stores its residual stream in the standard coordinates that bf16 rounds, but every layer
+# reads and writes it through a rotation: if rounding in the standard basis made the privileged
+# basis, its residual stream would grow one here. The paper did not train in 16 bits; these rows
+# test its conclusion where it did not. Both models are measured in float32, as above.
+
+# %%
+bf16_names = ["basisfree", "shared rotation"]
+curves16, finals16, analysis16 = experiments.compare_variants(
+    bf16_names, seeds, replace(base, precision="bfloat16"), tokens
+)
+residual16 = experiments.heaviest(analysis16, "residual")
+computation16 = experiments.heaviest(analysis16, "mlp-in")
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+loss_curves = pd.concat([curves.assign(training="float32"), curves16.assign(training="bfloat16")])
+sns.lineplot(data=loss_curves[loss_curves.variant.isin(bf16_names)], x="step", y="val loss", hue="variant",
+             style="training", errorbar=None, ax=axes[0])  # fmt: skip
+axes[0].set(title="held-out loss (mean over seeds)", ylabel="nats per byte")
+measured_tables = {
+    ("residual", "float32"): residual, ("residual", "bfloat16"): residual16,
+    ("MLP input", "float32"): computation, ("MLP input", "bfloat16"): computation16,
+}  # fmt: skip
+excess_runs = pd.concat([table.assign(tensor=tensor, training=training)
+                         for (tensor, training), table in measured_tables.items()])  # fmt: skip
+excess_runs = excess_runs[excess_runs.variant.isin(bf16_names)]
+excess_runs["model, tensor"] = excess_runs["variant"] + "\n" + excess_runs["tensor"]
+sns.barplot(data=excess_runs, x="model, tensor", y="excess", hue="training", errorbar="sd", ax=axes[1])
+axes[1].set(title="excess kurtosis (mean ± sd over seeds)", xlabel="")
+axes[1].tick_params(axis="x", labelsize=9)
+plt.tight_layout()
+plt.show()
+
+# %%
+loss_by_run = finals.set_index(["variant", "seed"])["val loss"]
+loss16_by_run = finals16.set_index(["variant", "seed"])["val loss"]
+residual16_by_run = residual16.set_index(["variant", "seed"])["excess"]
+bf16_summary = pd.DataFrame({
+    "held-out loss [95% CI]": finals16.groupby("variant")["val loss"].agg(with_interval),
+    "residual excess [95% CI]": residual16.groupby("variant")["excess"].agg(with_interval),
+    "MLP-input excess [95% CI]": computation16.groupby("variant")["excess"].agg(with_interval),
+}).loc[bf16_names]  # fmt: skip
+display(bf16_summary)
+bf16_cost = (loss16_by_run.loc["basisfree"] - loss_by_run.loc["basisfree"]).loc[list(seeds)].to_numpy()
+cost_mean, cost_low, cost_high = stats.t_interval(bf16_cost)
+display(Markdown(
+    f"Trained in bfloat16, the basis-free model's held-out loss differs from its float32 training by "
+    f"{cost_mean:+.3f} [{cost_low:+.3f}, {cost_high:+.3f}] nats per byte (paired by seed, 95% t-interval); "
+    "`bench/bench_train.py` measures what bf16 autocast saves in time."
+))  # fmt: skip
+
+# %% [markdown]
 # ## Checks
 #
 # The identities and sanity properties asserted along the way (a failing one stops the
@@ -446,7 +511,6 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 # by seed; one whose denominator is not positive is not measured, and its claim is inconclusive.
 
 # %%
-loss_by_run = finals.set_index(["variant", "seed"])["val loss"]
 residual_by_run = residual.set_index(["variant", "seed"])["excess"]
 computation_by_run = computation.set_index(["variant", "seed"])["excess"]
 
@@ -467,6 +531,7 @@ def rotation_change(precision: str) -> np.ndarray:
 
 mlp_in_excess = {name: per_seed(computation_by_run, name) for name in names}
 shared_over_baseline = ratio(mlp_in_excess["shared rotation"], mlp_in_excess["basisfree"])
+bf16_over_fp32 = ratio(per_seed(residual16_by_run, "basisfree"), per_seed(residual_by_run, "basisfree"))
 measured = {  # criterion id -> (per-seed values, what they are)
     "trains_as_well_shared": (
         per_seed(loss_by_run, "shared rotation") - per_seed(loss_by_run, "basisfree"), "Δ loss"),
@@ -480,6 +545,11 @@ measured = {  # criterion id -> (per-seed values, what they are)
         ratio(mlp_in_excess["independent rotations"], mlp_in_excess["shared rotation"]), "ratio"),
     "bf16_rotation": (rotation_change("bfloat16"), "Δ loss"),
     "fp16_rotation": (rotation_change("float16"), "Δ loss"),
+    "bf16_training_rotation": (
+        per_seed(loss16_by_run, "shared rotation") - per_seed(loss16_by_run, "basisfree"), "Δ loss"),
+    "bf16_training_residual": (per_seed(residual16_by_run, "shared rotation"), "excess"),
+    "bf16_training_tails": (
+        np.log2(np.where(bf16_over_fp32 > 0, bf16_over_fp32, np.nan)), "log2 ratio"),
 }  # fmt: skip
 for key, criterion in criteria.items():
     values, what = measured[key]
@@ -504,8 +574,10 @@ display(Markdown(
     f"**Takeaways.** Rotating every weight of a trained basis-free model moved its loss by at most "
     f"{largest['bfloat16']:.1e} nats in bfloat16 and {largest['float16']:.1e} in float16 (mean change "
     f"{estimates['bf16_rotation']:+.1e} and {estimates['fp16_rotation']:+.1e}; verdicts "
-    f"{verdicts['bf16_rotation']}, {verdicts['fp16_rotation']}): at this scale 16-bit rounding shows no "
-    "preference for the standard basis. Trained with its computation in rotated bases, the model's "
+    f"{verdicts['bf16_rotation']}, {verdicts['fp16_rotation']})"
+    + (": at this scale 16-bit rounding shows no preference for the standard basis. "
+       if verdicts["bf16_rotation"] == verdicts["fp16_rotation"] == "reproduced" else ". ")
+    + "Trained with its computation in rotated bases, the model's "
     f"held-out loss moved by {estimates['trains_as_well_shared']:+.3f} (shared rotation, "
     f"{verdicts['trains_as_well_shared']}) and {estimates['trains_as_well_independent']:+.3f} nats per byte "
     f"(independent rotations, {verdicts['trains_as_well_independent']}). Their residual streams' excess "
@@ -523,6 +595,11 @@ display(Markdown(
     + ("So the heavy tails follow the basis the layers compute in, not the one the residual stream "
        "carries. " if follows_computation else "So these runs do not show, at this confidence, that the "
        "heavy tails follow the basis the layers compute in rather than the one the residual stream carries. ")
+    + f"Trained in bfloat16 the rotated model's loss moved by {estimates['bf16_training_rotation']:+.3f} "
+    f"against the unrotated one's ({verdicts['bf16_training_rotation']}), its residual stream's excess is "
+    f"{estimates['bf16_training_residual']:.2f} ({verdicts['bf16_training_residual']}), and the basis-free "
+    f"model's tails changed by a factor {2 ** estimates['bf16_training_tails']:.2f} against float32 training "
+    f"({verdicts['bf16_training_tails']}). "
     + "These runs are "
     f"{base.steps} steps on {base.steps * base.batch_size * base.model.n_ctx / 1e6:.1f}M bytes, against the "
     "paper's billion tokens."
@@ -542,6 +619,8 @@ results = {
     "smollm2_kurtosis_after": kurt_after,
     "excess_kurtosis": mean_excess.to_dict(),
     "val_loss": finals.groupby("variant")["val loss"].mean().to_dict(),
+    "val_loss_bf16_training": finals16.groupby("variant")["val loss"].mean().to_dict(),
+    "bf16_training_loss_cost": [cost_mean, cost_low, cost_high],
     "claims": claim_rows,
     "checks": check_rows,
     "seconds": time.time() - started,
