@@ -111,9 +111,8 @@ plt.show()
 # t-intervals over the seeds.
 
 # %%
-after_blocks = analysis[analysis.layer > 0]
-chosen = after_blocks.loc[after_blocks.groupby(["variant", "seed"])["kurtosis"].idxmax()].copy()
-chosen["excess kurtosis"] = chosen["kurtosis"] - chosen["rotated mean"]
+chosen = experiments.heaviest(analysis, "residual").rename(columns={"control": "rotated mean",
+                                                                    "excess": "excess kurtosis"})  # fmt: skip
 chosen = chosen.merge(finals, on=["variant", "seed"])
 check_rows.append(
     claims.check(
