@@ -339,8 +339,3 @@ def test_draft_chapters_run_in_quick_mode(tmp_path, path):
     name = path.stem.split("_", 1)[1]
     out = book.run_chapter(name, {"quick": True}, out_dir=tmp_path, progress=False, notebooks=path.parent)
     assert (tmp_path / f"{name}.json").exists() and out.exists()
-
-
-def test_verdict_words():
-    assert book.verdict(True) == "reproduced" and book.verdict(False, partly=True) == "partly"
-    assert book.verdict(False) == "not reproduced" and book.verdict(False, prediction=True) == "not supported"

@@ -71,13 +71,12 @@ def test_a_chapter_with_criteria_reports_every_claim_against_them_with_an_interv
 
     from resid import book
 
-    for path in sorted(claims.CRITERIA.glob("*.toml")):
-        results = book.CHAPTERS_OUT / f"{path.stem}.json"
-        if not results.exists():
-            continue
+    executed = sorted(book.CHAPTERS_OUT.glob("*.json"))
+    assert executed, "no executed chapter found"
+    for results in executed:
         rows = json.loads(results.read_text())["claims"]
-        expected = [c.describe() for c in claims.load_criteria(path.stem).values()]
-        assert sorted(row["criterion"] for row in rows) == sorted(expected), path.stem
+        expected = [c.describe() for c in claims.load_criteria(results.stem).values()]  # a file must exist
+        assert sorted(row["criterion"] for row in rows) == sorted(expected), results.stem
         verdicts = claims.VERDICTS + claims.PREDICTION_VERDICTS
-        assert all(len(row["interval"]) == 2 and row["verdict"] in verdicts for row in rows), path.stem
+        assert all(len(row["interval"]) == 2 and row["verdict"] in verdicts for row in rows), results.stem
         assert all(check["passed"] for check in json.loads(results.read_text()).get("checks", []))

@@ -147,3 +147,11 @@ def test_a_ratio_bootstrap_over_a_map_gives_each_cell_its_own_ratio_interval():
         one = stats.ratio_bootstrap(numerator[:, i, j], denominator)  # the same resamples, one cell
         assert one == pytest.approx((estimate[i, j].item(), low[i, j].item(), high[i, j].item()))
     assert torch.all(low < estimate) and torch.all(estimate < high)
+
+
+def test_resample_interval_reads_row_zero_as_the_estimate():
+    resamples = torch.linspace(0, 1, 1001)
+    estimate, low, high = stats.resample_interval(torch.cat([torch.tensor([0.3]), resamples]))
+    assert estimate == pytest.approx(0.3) and low == pytest.approx(0.025) and high == pytest.approx(0.975)
+    with pytest.raises(ValueError, match="resamples"):
+        stats.resample_interval(torch.tensor([0.3, 0.4]))

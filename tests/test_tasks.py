@@ -83,8 +83,33 @@ def test_score_plans_matches_a_direct_computation(decoder):
     assert scores[0]["double"] == pytest.approx(packed.score(torch.zeros(len(hits)), hits))
 
 
+def test_item_values_bootstrap_into_paired_scores(decoder):
+    windows = torch.randint(0, 256, (4, 40), generator=torch.Generator().manual_seed(1))
+    loss = tasks.perplexity_task(windows, 256)
+    items = [(f"{a}+{a}=", str(2 * a)) for a in range(12)]
+    packed = tasks.packed_task("double", tasks.STEPWISE, "", 0.1, [], items, TOKENIZER, per_row=5)
+    variants = [plans.identity(4), plans.skip(4, 1, 2)]
+    scores = tasks.score_plans(decoder, [loss, packed], variants, batch_rows=2)
+    values = tasks.score_plans(decoder, [loss, packed], variants, batch_rows=2, by_item=True)
+    assert values[0]["perplexity"].shape == (4,) and values[0]["double"].shape == (12,)
+    for score, value in zip(
+        scores, values, strict=True
+    ):  # equal-length windows: row means average to the token mean
+        assert loss.score_items(value["perplexity"]) == pytest.approx(score["perplexity"], rel=1e-9)
+        assert packed.score_items(value["double"]) == pytest.approx(score["double"])
+    resampled = tasks.resampled_scores([loss, packed], values, n_resamples=50, seed=3)
+    assert resampled["perplexity"].shape == (51, 2)
+    assert resampled["perplexity"][0, 1].item() == pytest.approx(scores[1]["perplexity"], rel=1e-9)
+    # paired: a plan compared with itself differs by exactly nothing in every resample
+    same = tasks.resampled_scores([loss], [values[1], values[1]], n_resamples=50)["perplexity"]
+    assert torch.equal(same[:, 0], same[:, 1]) and same[1:, 0].std() > 0
+
+
 def test_stepwise_items_have_correct_answers():
     items = tasks.stepwise_items(20, seed=1)
+    for prompt, answer in items["count on"][2]:
+        first, second, third = (int(x) for x in prompt.rstrip(",").split(", "))
+        assert second - first == third - second == 2 and int(answer) == third + 2
     for prompt, answer in items["addition"][2]:
         a, b = prompt.rstrip("=").split("+")
         assert int(answer) == int(a) + int(b)

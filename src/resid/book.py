@@ -423,16 +423,6 @@ def rerun_command(chapter: str, parameters: dict) -> str:
     return f"make chapter CH={chapter}" + (f' P="{" ".join(pairs)}"' if pairs else "")
 
 
-def verdict(ok: bool, partly: bool = False, prediction: bool = False) -> str:
-    """The last column of every paper-vs-ours table, computed from the chapter's numbers.
-
-    ``prediction=True`` words it for a hypothesis the paper proposed but did not test.
-    """
-    if prediction:
-        return "supported" if ok else ("partly" if partly else "not supported")
-    return "reproduced" if ok else ("partly" if partly else "not reproduced")
-
-
 def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc.yml") -> Path:
     """Write ``results.md``, the book's results overview, from the chapters' ``<chapter>.json``.
 
@@ -471,12 +461,11 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
             results = json.loads(path.read_text())
             link = f"{{ref}}`{name} <claims-{name}>`" + (" (quick run)" if results.get("quick") else "")
             for row in results.get("claims", []):
-                claim = row.get("claim") or row.get("prediction") or row.get("question")
-                paper = row.get("paper") or row.get("primer") or row.get("source") or ""
                 counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
-                criterion = row.get("criterion", "*set after the run*")
-                lines.append(f"| {link} | {cell(claim)} | {cell(paper)} | {cell(row['ours'])} | "
-                             f"{cell(criterion)} | **{cell(row['verdict'])}** |")  # fmt: skip
+                columns = [row["claim"], row["paper"], row["ours"], row["criterion"]]
+                lines.append(
+                    f"| {link} | " + " | ".join(map(cell, columns)) + f" | **{cell(row['verdict'])}** |"
+                )
             n_checks += len(results.get("checks", []))
             notes.append(_reproducibility_note(name, results))
     summary = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda kv: -kv[1]))

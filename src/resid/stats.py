@@ -200,3 +200,15 @@ def welch_interval(
     half = scipy_stats.t.ppf(0.5 + level / 2, dof.item()) * (vx + vy).sqrt()
     difference = (x.mean() - y.mean()).item()
     return difference, difference - half.item(), difference + half.item()
+
+
+def resample_interval(values: Tensor, level: float = 0.95) -> tuple[float, float, float]:
+    """``(estimate, low, high)`` of a statistic computed on all items (row 0) and on bootstrap
+    resamples of them (the other rows), as ``tasks.resampled_scores`` lays scores out: any
+    statistic of those scores, computed row by row, gets its percentile interval here."""
+    values = values.double()
+    if len(values) < 3:
+        raise ValueError("an interval needs the estimate and at least two resamples")
+    tail = (1 - level) / 2
+    low, high = torch.quantile(values[1:], torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return values[0].item(), low.item(), high.item()

@@ -45,24 +45,41 @@ class Task:
 
     @property
     def n_items(self) -> int:
+        """The units a bootstrap resamples: items, or for "loss" the token rows (windows)."""
+        if self.kind == "loss":
+            return len(self.tokens)
         n_groups = int(self.group.max()) + 1
         return n_groups // self.n_options
 
-    def score(self, logprob: Tensor, hit: Tensor) -> float:
-        """Perplexity for "loss", accuracy otherwise."""
+    def item_values(self, logprob: Tensor, hit: Tensor) -> Tensor:
+        """One value per item, in float64: whether it was right, or for "loss" each row's mean
+        log-probability (every perplexity window scores the same number of tokens)."""
         if self.kind == "loss":
-            return math.exp(-logprob.double().mean().item())
+            sums = torch.zeros(len(self.tokens), dtype=torch.float64).index_add_(
+                0, self.rows, logprob.double()
+            )
+            return sums / torch.bincount(self.rows, minlength=len(self.tokens)).clamp(min=1)
         n_groups = int(self.group.max()) + 1
         if self.kind == "exact":
             misses = torch.zeros(n_groups).index_add_(0, self.group, (~hit).float())
-            return (misses == 0).float().mean().item()
+            return (misses == 0).double()
         totals = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, self.group, logprob.double())
-        return (totals.view(-1, self.n_options).argmax(-1) == 0).float().mean().item()
+        return (totals.view(-1, self.n_options).argmax(-1) == 0).double()
 
-    def normalised(self, score: float, full: float) -> float:
-        """1 for the unmodified model, 0 for chance (for perplexity: in log space)."""
+    def score_items(self, values: Tensor) -> float:
+        """Perplexity for "loss", accuracy otherwise, from ``item_values``."""
+        mean = values.double().mean().item()
+        return math.exp(-mean) if self.kind == "loss" else mean
+
+    def score(self, logprob: Tensor, hit: Tensor) -> float:
+        return self.score_items(self.item_values(logprob, hit))
+
+    def normalised(self, score, full):
+        """1 for the unmodified model, 0 for chance (for perplexity: in log space). Floats or
+        tensors of scores (say, one per bootstrap resample)."""
         if self.kind == "loss":
-            return (math.log(self.chance) - math.log(score)) / (math.log(self.chance) - math.log(full))
+            log = torch.log if isinstance(score, Tensor) else math.log
+            return (math.log(self.chance) - log(score)) / (math.log(self.chance) - log(full))
         return (score - self.chance) / (full - self.chance)
 
 
@@ -175,6 +192,7 @@ def stepwise_items(n: int, seed: int = 0) -> dict[str, tuple[str, float, list[tu
     ]
     counts = [rng.randint(1, 9) for _ in range(n)]
     lists = [digits(4) for _ in range(n)]
+    starts = [rng.randint(10, 93) for _ in range(n)]
     return {
         "addition": ("two-digit plus one-digit", 1 / 99, [(f"{a}+{b}=", f"{a + b}") for a, b in addition]),
         "word problem": (
@@ -194,6 +212,10 @@ def stepwise_items(n: int, seed: int = 0) -> dict[str, tuple[str, float, list[tu
         "copy list": (
             "copy four digits", 1e-4, [(" ".join(d) + " =>", " " + " ".join(d)) for d in lists],
         ),
+        "count on": (
+            "continue counting by two from a two-digit number, carrying where the answer crosses a ten",
+            1 / 90, [(f"{a}, {a + 2}, {a + 4},", f" {a + 6}") for a in starts],
+        ),
     }  # fmt: skip
 
 
@@ -201,7 +223,7 @@ N_SHOTS = 3  # worked examples at the start of every packed row
 
 
 def decoder_suite(model: Transformer, n_items: int = 200, n_windows: int = 16, seed: int = 0) -> list[Task]:
-    """The decoder benchmark: three semantic tasks and six step-by-step ones."""
+    """The decoder benchmark: three semantic tasks and seven step-by-step ones."""
     text = data.corpus("pydoc")
     ids = data.token_ids(text, model.tokenizer)
     windows = data.windows(ids, 256, n_windows, seed=seed)
@@ -233,9 +255,11 @@ def target_readout(
 
 
 def score_plans(
-    model: Transformer, tasks: list[Task], plans: list[Plan], batch_rows: int = 64, progress: bool = False
-) -> list[dict[str, float]]:
-    """``[{task name: score} for each plan]``.
+    model: Transformer, tasks: list[Task], plans: list[Plan], batch_rows: int = 64, progress: bool = False,
+    by_item: bool = False,
+) -> list[dict]:  # fmt: skip
+    """``[{task name: score} for each plan]``; with ``by_item``, ``{task name: item values}``
+    (``Task.item_values``: what ``resampled_scores`` bootstraps).
 
     Every batch of rows runs all plans with their shared prefixes computed once, and tasks
     built on the same token rows (perplexity and word recall) share the forward passes.
@@ -270,8 +294,31 @@ def score_plans(
             logprob_parts = torch.cat(logprobs)[restore].split(sizes)
             hit_parts = torch.cat(hits)[restore].split(sizes)
             for task, logprob, hit in zip(group, logprob_parts, hit_parts, strict=True):
-                result[task.name] = task.score(logprob.cpu(), hit.cpu())
+                values = task.item_values(logprob.cpu(), hit.cpu())
+                result[task.name] = values if by_item else task.score_items(values)
     return results
+
+
+def resampled_scores(
+    tasks: list[Task], item_values: list[dict[str, Tensor]], n_resamples: int = 1000, seed: int = 0
+) -> dict[str, Tensor]:
+    """Every plan's score on each task, on bootstrap resamples of the task's items:
+    ``{task name: [1 + n_resamples, plan]}``, row 0 the score on all items.
+
+    Every plan sees the same resampled items, so a difference between plans (or a statistic of
+    many plans, say a ranking) is computed within each resample and its interval is paired.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for task in tasks:
+        values = torch.stack([per_plan[task.name] for per_plan in item_values]).double()  # [plan, item]
+        n = values.shape[1]
+        picks = torch.randint(0, n, (n_resamples, n), generator=generator)
+        means = torch.cat(
+            [values.mean(1, keepdim=True), values[:, picks].mean(-1)], 1
+        ).T  # [1 + resample, plan]
+        out[task.name] = torch.exp(-means) if task.kind == "loss" else means
+    return out
 
 
 # --- the encoder ---
