@@ -4,7 +4,10 @@ The naive reference patches one head (or one layer x position of the residual st
 time with a hook and runs the whole model. ``resid.patching`` runs every patch of a layer in
 one batch that starts from the cached residual stream at that layer; a residual patch at
 position p also keeps the clean keys and values of the positions before p and recomputes only
-the positions from p on. Also printed: EAP's time for all edges against exact patching, one
+the positions from p on; a patch whose replacement equals the clean value (IOI's name-swap
+counterfactual differs from the clean prompt only from S2 on, so every activation before S2 is
+the clean one) is not run at all, and a head patch reruns only the positions from the first one
+its replacement changes. Also printed: EAP's time for all edges against exact patching, one
 forward per edge (measured on a sample, scaled).
 """
 

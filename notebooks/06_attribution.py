@@ -52,6 +52,7 @@ model_name = "smollm2-135m"  # [model]
 n_ioi = 120  # [> 0] IOI prompts for validation and the direct logit attribution
 n_attribution = 8  # [> 0] prompts per behaviour for the input-attribution comparison
 ig_steps = 128  # [> 0] integration steps of integrated gradients
+smoothgrad_samples = 32  # [> 0] noisy copies of the input that SmoothGrad averages over
 ig_convergence_steps = (64, 256, 1024, 2048)  # [non-empty, > 0] for the completeness check on one prompt
 seed = 0  # [min 0]
 quick = False  # a small run for CI
@@ -69,14 +70,14 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import attribution, behaviours, book, claims, stats
+from resid import attribution, behaviours, book, claims, heads, stats
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 warnings.filterwarnings("ignore", message="Input Tensor 0 did not already require gradients")
 sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 if quick:
-    n_ioi, n_attribution, ig_steps, ig_convergence_steps = 24, 3, 32, (16, 64)
+    n_ioi, n_attribution, ig_steps, ig_convergence_steps, smoothgrad_samples = 24, 3, 32, (16, 64), 4
 torch.manual_seed(seed)
 criteria = claims.load_criteria("attribution")
 claim_rows, check_rows = [], []
@@ -94,7 +95,8 @@ print(f"{model_name}: {model.cfg.n_layers} layers × {model.cfg.n_heads} heads, 
 
 # %%
 ioi = behaviours.ioi_prompts(tokenizer, n_ioi, seed=seed)
-texts, capital_tokens, capitals = behaviours.capital_prompts(tokenizer)
+capital_set = behaviours.capital_prompts(tokenizer)
+texts, capital_tokens, capitals = capital_set.text, capital_set.tokens, capital_set.answers
 with torch.no_grad():
     capital_logits = model(capital_tokens)[:, -1]
 correct = capital_logits.argmax(-1) == capitals
@@ -121,7 +123,21 @@ display(validation.style.format(precision=3).hide(axis="index"))
 print("e.g.", ioi.text[0], "→", tokenizer.decode([int(ioi.answers[0])]))
 
 # %% [markdown]
-# ## Input attribution, five ways
+# ## Input attribution: gradients, occlusion, attention
+#
+# Seven methods, each scoring every input token: the gradient norm, gradient × input,
+# integrated gradients (IG) and **SmoothGrad** {cite:p}`smilkov2017smoothgrad` (the gradient
+# norm averaged over copies of the input with Gaussian noise added, so that the plain
+# gradient's noise averages out); occlusion (delete the token, rerun); and two that read
+# attention instead of gradients, **attention rollout** {cite:p}`abnar2020rollout` (every
+# layer's attention, averaged over heads, composed from the last position back to the inputs)
+# and the same rollout with attention **weighted by the norm of what it moves**
+# {cite:p}`kobayashi2020attention` (a head attending to a token whose value vector is near
+# zero, an attention sink, then counts for little). The two attention methods explain no
+# particular logit, so they are the same for the plain and the contrastive score. Whether
+# SmoothGrad and value weighting agree with occlusion better than the methods they refine is
+# judged as a claim in the IOI chapter ({ref}`claims-ioi`), on its held-out prompts; here they
+# join the comparison on this chapter's prompts.
 #
 # For IOI the score explained is the logit difference between the indirect object and the
 # subject (contrastive by construction), and, for comparison, the plain logit of the
@@ -142,17 +158,30 @@ for i in right:
     cases.append(("capital", i, capital_tokens[i], int(capitals[i]), int(capital_ids[others.argmax()])))
 completeness = []
 for task, i, tokens, target, foil in cases:
+    head_mean = heads.attention_patterns(model, tokens[None]).mean(2)  # [layer, batch, query, key]
+    rollouts = {
+        "attention rollout": attribution.attention_rollout(head_mean)[0, -1],
+        "value-weighted rollout": attribution.attention_rollout(
+            attribution.value_weighted_attention(model, tokens[None])
+        )[0, -1],
+    }
     for contrastive in (False, True):
         frame, check = attribution.input_attributions(
             model, tokens, target, foil if contrastive else None, ig_steps, skip_first=True
         )
+        frame["SmoothGrad"] = attribution.smoothgrad(
+            model, tokens, target, foil if contrastive else None, smoothgrad_samples, seed=seed
+        ).tolist()
+        for method, scores in rollouts.items():
+            frame[method] = scores.tolist()
         frame["task"], frame["prompt"], frame["contrastive"] = task, i, contrastive
         frame["text"] = [tokenizer.decode([t]) for t in frame["token"]]
         runs.append(frame)
         completeness.append({"task": task, "prompt": i, "contrastive": contrastive, **check})
 attributions = pd.concat(runs, ignore_index=True)
 completeness = pd.DataFrame(completeness)
-methods = ["gradient norm", "gradient x input", "integrated gradients", "occlusion"]
+methods = ["gradient norm", "gradient x input", "integrated gradients", "SmoothGrad", "occlusion",
+           "attention rollout", "value-weighted rollout"]  # fmt: skip
 attributions = attributions[attributions.position > 0]  # the BOS token
 print(
     f"IG completeness over {len(completeness)} attributions ({ig_steps} steps): relative error "
@@ -205,7 +234,7 @@ print(f"largest change of f between neighbouring points (Δα = 0.005): {largest
 # the last token is where the prediction is made, so occlusion cannot delete it):
 
 # %% tags=["plot"]
-fig, axes = plt.subplots(2, 1, figsize=(10, 6.5))
+fig, axes = plt.subplots(2, 1, figsize=(10, 9))
 for ax, (task, contrastive) in zip(axes, [("IOI", True), ("capital", False)], strict=True):
     first = attributions[(attributions.task == task) & (attributions.contrastive == contrastive)]
     first = first[first.prompt == first.prompt.iloc[0]]
@@ -241,10 +270,28 @@ per_prompt_agreement = [
 agreement = sum(per_prompt_agreement) / len(per_prompt_agreement)
 
 # %% tags=["plot"]
-fig, ax = plt.subplots(figsize=(5.5, 4.5))
+fig, ax = plt.subplots(figsize=(7, 5.5))
 sns.heatmap(agreement, annot=True, fmt=".2f", cmap="viridis", vmin=-0.2, vmax=1, ax=ax)
 ax.set_title("rank agreement between methods (mean Spearman)")
 plt.show()
+
+# %%
+with_occlusion = torch.tensor(
+    [[a.loc[m, "occlusion"] for m in methods if m != "occlusion"] for a in per_prompt_agreement],
+    dtype=torch.float64,
+)  # [attribution, method]
+refinements = {("SmoothGrad", "gradient norm"), ("value-weighted rollout", "attention rollout")}
+others = [m for m in methods if m != "occlusion"]
+lines = []
+for better, base in sorted(refinements):
+    difference = with_occlusion[:, others.index(better)] - with_occlusion[:, others.index(base)]
+    estimate, low, high = (v.item() for v in stats.bootstrap(difference, seed=seed))
+    lines.append(f"{better} minus {base}: {estimate:+.2f} [{low:+.2f}, {high:+.2f}]")
+display(Markdown(
+    f"Rank agreement with occlusion, over the {len(per_prompt_agreement)} attributions above (95% bootstrap "
+    "intervals, paired by attribution): " + "; ".join(lines) + ". These prompts are few and the plain "
+    "and contrastive scores share a prompt, so the claims are judged in the IOI chapter, on its held-out "
+    "prompts."))  # fmt: skip
 
 # %% [markdown]
 # And which token does each method put first? For IOI the informative tokens are the two

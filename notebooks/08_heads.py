@@ -72,7 +72,7 @@ import torch.nn.functional as F
 from IPython.display import Markdown, display
 
 import resid
-from resid import book, claims, data, experiments, heads, stats
+from resid import book, claims, data, experiments, heads, hooks, stats
 from resid.train import PRESETS, train
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -225,21 +225,7 @@ display(top_induction.style.format(precision=2).hide(axis="index"))
 
 # %%
 def ablated_repeat_losses(tokens: torch.Tensor, chosen: list[tuple[int, int]]) -> torch.Tensor:
-    """Each sequence's loss on the repeat with the ``chosen`` heads' outputs replaced by their
-    mean over every sequence and position."""
-    names = sorted({f"blocks.{layer}.attn.hook_z" for layer, _ in chosen})
-    _, cache = model.run_with_cache(tokens, names)
-
-    def hook(z, point):
-        layer = int(point.name.split(".")[1])
-        z = z.clone()
-        for lay, head in chosen:
-            if lay == layer:
-                z[:, :, head] = cache[point.name][:, :, head].mean((0, 1))
-        return z
-
-    with model.hooks([(name, hook) for name in names]):
-        return heads.in_context_losses_by_sequence(model, tokens, start=tokens.shape[1] - period)[1]
+    return heads.ablated_in_context_losses(model, tokens, chosen, start=tokens.shape[1] - period)
 
 
 held_out = heads.repeated_tokens(n_sequences, period, frequent, seed=seed + 1, prefix=bos)
@@ -508,17 +494,12 @@ def window_losses(logits: torch.Tensor) -> torch.Tensor:
 
 
 def ablated_losses(dims: list[int], mode: str) -> torch.Tensor:
-    index = torch.tensor(dims, dtype=torch.long)
-
-    def hook(x, point):
-        x = x.clone()
-        boundary = 0 if point.name == "blocks.0.hook_resid_pre" else int(point.name.split(".")[1]) + 1
-        x[..., index] = 0.0 if mode == "zero" else position_means[boundary][: x.shape[1], index]
-        return x
-
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
-    names.append(f"blocks.{model.cfg.n_layers - 1}.hook_resid_post")
-    with torch.no_grad(), model.hooks([(name, hook) for name in names]):
+    """Each window's loss with ``dims`` zeroed, or set to their mean at each position, at every
+    layer boundary (``model.resid_names()``, the residual stream the means were read from)."""
+    ablation = []
+    for boundary, name in enumerate(model.resid_names()):
+        ablation += hooks.replace_coordinates(name, dims, 0.0 if mode == "zero" else position_means[boundary])
+    with torch.no_grad(), model.hooks(ablation):
         return window_losses(model(windows))
 
 

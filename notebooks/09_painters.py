@@ -411,7 +411,7 @@ display(variant_table)
 # Run SmolLM2 with layers 10–13 in parallel without `resid.plans`: embed the tokens
 # (`model.embed_tokens`), get the rotary tables and mask from `model.context(n_positions)`, run
 # the blocks in order up to 9, then give blocks 10–13 the same input and average their outputs,
-# then the rest, then `model.head`. Check against `plans.run_plan(model, tokens,
+# then the rest, then `model.to_logits`. Check against `plans.run_plan(model, tokens,
 # plans.parallel(T, 10, 13))`.
 
 # %% tags=["hide-cell", "solution"]
@@ -423,7 +423,7 @@ with torch.no_grad():
     x = torch.stack([model.blocks[i](x, *context) for i in range(10, 14)]).mean(0)
     for layer_block in model.blocks[14:]:
         x = layer_block(x, *context)
-    by_hand = model.head(x)
+    by_hand = model.to_logits(x)
 from_plans = plans.run_plan(model, two, plans.parallel(T, 10, 13))
 check_rows.append(claims.check("a parallel step by hand gives the plan's logits",
                                torch.allclose(by_hand.float(), from_plans.float(), atol=1e-3)))  # fmt: skip

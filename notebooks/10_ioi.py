@@ -558,9 +558,9 @@ t0 = time.time()
 acdc_heads, acdc_passes = circuits.prune_heads(model, search, search_means, acdc_threshold, candidates)
 acdc_seconds = time.time() - t0
 t0 = time.time()
-eap, _ = patching.edge_attribution_patching(model, search.tokens, search.counterfactual, search_metric)
+eap = patching.edge_attribution_patching(model, search.tokens, search.counterfactual, search_metric)
 eap_seconds = time.time() - t0
-eap_ig, _ = patching.edge_attribution_patching(
+eap_ig = patching.edge_attribution_patching(
     model, search.tokens, search.counterfactual, search_metric, ig_steps=ig_steps
 )
 graph = patching.Graph.of(model)
@@ -570,8 +570,8 @@ uniform = [tuple(allowed[i]) for i in pick]
 flat = eap.abs().flatten().argsort(descending=True)[:n_edges].tolist()
 top_edges = [divmod(i, eap.shape[1]) for i in flat]
 t0 = time.time()
-exact_uniform, _ = patching.edge_patching(model, search.tokens, search.counterfactual, search_metric, uniform)
-exact_top, _ = patching.edge_patching(model, search.tokens, search.counterfactual, search_metric, top_edges)
+exact_uniform = patching.edge_patching(model, search.tokens, search.counterfactual, search_metric, uniform)
+exact_top = patching.edge_patching(model, search.tokens, search.counterfactual, search_metric, top_edges)
 per_edge = (time.time() - t0) / (len(uniform) + len(top_edges))
 print(
     f"ACDC over heads: {acdc_passes} passes, {acdc_seconds:.0f} s, keeps {len(acdc_heads)} heads; "
@@ -785,7 +785,7 @@ for key, better, baseline in (
 # the criterion written before the run, and the verdict it gives. Below it, the checks.
 
 # %%
-claim_table = pd.DataFrame(claim_rows)[["claim", "paper", "ours", "criterion", "verdict"]]
+claim_table = claims.table(claim_rows)
 claim_table.style.hide(axis="index")
 
 # %%
@@ -826,9 +826,7 @@ results = {
     "discovery": comparison.to_dict(orient="records"),
     "eap_agreement": agreement_table.to_dict(orient="records"),
     "attribution_rho": rho_table.to_dict(orient="records"),
-    "claims": claim_table.assign(
-        estimate=[r["estimate"] for r in claim_rows], interval=[r["interval"] for r in claim_rows]
-    ).to_dict(orient="records"),
+    "claims": claim_rows,
     "checks": check_rows,
     "seconds": time.time() - started,
 }

@@ -154,9 +154,9 @@ def test_per_prompt_sweeps_average_to_the_mean_sweeps_and_match_a_prompt_run_alo
         torch.testing.assert_close(per_prompt[..., 1], alone)
     graph = patching.Graph.of(model)
     edges = [tuple(e) for e in graph.allowed.nonzero()[:3].tolist()]
-    per_edge, _ = patching.edge_patching(model, clean, corrupt, metric, edges, per_prompt=True)
+    per_edge = patching.edge_patching(model, clean, corrupt, metric, edges, per_prompt=True)
     torch.testing.assert_close(
-        per_edge.mean(-1), patching.edge_patching(model, clean, corrupt, metric, edges)[0]
+        per_edge.mean(-1), patching.edge_patching(model, clean, corrupt, metric, edges)
     )
     corrupted = patching.corrupted_outputs(model, corrupt)
     kept = graph.allowed & (torch.rand(graph.allowed.shape, generator=torch.Generator().manual_seed(0)) < 0.5)
@@ -221,19 +221,19 @@ def test_eap_equals_exact_patching_where_the_metric_is_linear_in_the_edge():
     model.ln_final = None  # the logits become linear in what the logits node reads
     clean, corrupt = prompts(0), prompts(1)
     metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
-    scores, _ = patching.edge_attribution_patching(model, clean, corrupt, metric)
+    scores = patching.edge_attribution_patching(model, clean, corrupt, metric)
     graph = patching.Graph.of(model)
     into_logits = [(u, len(graph.downstream) - 1) for u in range(len(graph.upstream))]
-    exact, _ = patching.edge_patching(model, clean, corrupt, metric, into_logits)
+    exact = patching.edge_patching(model, clean, corrupt, metric, into_logits)
     torch.testing.assert_close(scores[:, -1], exact.float(), rtol=1e-5, atol=1e-6)
     # EAP-IG averages gradients along a line of inputs; into the logits they are all the same
-    integrated, _ = patching.edge_attribution_patching(model, clean, corrupt, metric, ig_steps=3)
+    integrated = patching.edge_attribution_patching(model, clean, corrupt, metric, ig_steps=3)
     torch.testing.assert_close(integrated[:, -1], scores[:, -1], rtol=1e-5, atol=1e-6)
     assert not torch.allclose(integrated[:, :-1], scores[:, :-1])
     into_heads = [(0, 0), (1, model.cfg.n_heads)]  # nonlinear there: EAP is only an estimate
     assert not torch.allclose(
         scores[tuple(zip(*into_heads, strict=True))],
-        patching.edge_patching(model, clean, corrupt, metric, into_heads)[0].float(),
+        patching.edge_patching(model, clean, corrupt, metric, into_heads).float(),
     )
 
 
@@ -241,13 +241,13 @@ def test_acdc_keeps_everything_at_zero_threshold_and_nothing_at_infinity():
     model = random_model(ARCHITECTURES["attn-only"])
     clean, corrupt = prompts(0), prompts(1)
     allowed = patching.Graph.of(model).allowed
-    kept, _, passes = patching.acdc(model, clean, corrupt, threshold=-1.0)
+    kept, passes = patching.acdc(model, clean, corrupt, threshold=-1.0)
     assert torch.equal(kept, allowed) and passes == int(allowed.sum())
-    kept, _, _ = patching.acdc(model, clean, corrupt, threshold=float("inf"))
+    kept, _ = patching.acdc(model, clean, corrupt, threshold=float("inf"))
     assert not kept.any()
     into_logits = torch.zeros_like(allowed)
     into_logits[:, -1] = True
-    kept, _, passes = patching.acdc(model, clean, corrupt, threshold=-1.0, candidates=into_logits)
+    kept, passes = patching.acdc(model, clean, corrupt, threshold=-1.0, candidates=into_logits)
     assert torch.equal(kept, allowed & into_logits) and passes == int((allowed & into_logits).sum())
 
 
@@ -418,3 +418,34 @@ def test_residual_patching_from_each_position_equals_one_forward_per_patch(cfg):
         fast = patching.patch_residual(model, clean, values, metric, positions_per_pass=per_pass)
         torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(naive, naive[0, 0])  # patches differ: the test can fail
+
+
+@pytest.mark.parametrize("cfg", list(ARCHITECTURES.values()), ids=list(ARCHITECTURES))
+def test_sweeps_with_a_counterfactual_that_differs_late_match_one_forward_per_patch(cfg):
+    """A counterfactual equal to the clean prompt up to position 5 (IOI's, equal up to S2) leaves
+    the patches there as no-ops and the earlier positions' keys and values clean: the sweeps skip
+    and reuse them, and must still equal one full forward per patch."""
+    model = random_model(cfg)
+    clean, corrupt = prompts(0), prompts(1)
+    corrupt[:, :5] = clean[:, :5]
+    z_names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
+    r_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
+    values = patching.interventions(model, clean, corrupt, z_names + r_names)["resample"]
+    assert torch.equal(values[r_names[1]][:, :5], model.run_with_cache(clean, r_names)[1][r_names[1]][:, :5])
+    metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    naive = torch.zeros(cfg.n_layers, clean.shape[1])
+    for layer, name in enumerate(r_names):
+        for position in range(clean.shape[1]):
+
+            def patch(x, hook, name=name, position=position):
+                x = x.clone()
+                x[:, position] = values[name][:, position]
+                return x
+
+            naive[layer, position] = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]).mean()
+    fast = patching.patch_residual(model, clean, values, metric)
+    torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(naive[:, 5:], naive[0, 0])  # late patches differ: the test can fail
+    heads = patching.patch_heads(model, clean, values, metric, chunk=5)
+    naive_heads = patching.patch_heads_naive(model, clean, values, metric)
+    torch.testing.assert_close(heads, naive_heads, rtol=1e-5, atol=1e-6)

@@ -50,9 +50,9 @@ def test_circuit_tools_run_on_cuda_tensors():
         rtol=1e-4,
         atol=1e-4,
     )
-    scores, _ = patching.edge_attribution_patching(model, clean, corrupt, metric)
+    scores = patching.edge_attribution_patching(model, clean, corrupt, metric)
     assert torch.isfinite(scores).all()
-    kept, _, _ = patching.acdc(model, clean, corrupt, threshold=0.01)
+    kept, _ = patching.acdc(model, clean, corrupt, threshold=0.01)
     assert kept.shape == patching.Graph.of(model).allowed.shape
     _, check = attribution.direct_logit_attribution(model, clean, metric.answers, metric.foils)
     assert check["sum of contributions"] == pytest.approx(check["model logit"], rel=1e-4, abs=1e-5)

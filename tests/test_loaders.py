@@ -108,9 +108,13 @@ def tiny_relative(kind: str):
         "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**common, num_key_value_heads=2)),
         "qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**common, num_key_value_heads=2, head_dim=24)),
         "olmo": lambda: tf.OlmoForCausalLM(tf.OlmoConfig(**common, num_key_value_heads=4)),
+        "olmo2": lambda: tf.Olmo2ForCausalLM(tf.Olmo2Config(**common, num_key_value_heads=2)),
         "pythia": lambda: tf.GPTNeoXForCausalLM(tf.GPTNeoXConfig(**common, rotary_pct=0.25)),
         "neox-sequential": lambda: tf.GPTNeoXForCausalLM(
             tf.GPTNeoXConfig(**common, rotary_pct=0.5, use_parallel_residual=False)
+        ),
+        "phi": lambda: tf.PhiForCausalLM(
+            tf.PhiConfig(**common, num_key_value_heads=2, partial_rotary_factor=0.5)
         ),
         "phi3": lambda: tf.Phi3ForCausalLM(
             tf.Phi3Config(**common, num_key_value_heads=2, partial_rotary_factor=0.5, sliding_window=6)
@@ -141,9 +145,13 @@ def tiny_relative(kind: str):
             )
         ),  # fmt: skip
         "gemma3-scaled": lambda: tf.Gemma3ForCausalLM(
-            tf.Gemma3TextConfig(**gemma3, rope_parameters={
-                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+            tf.Gemma3TextConfig(
+                **gemma3,
+                rope_parameters={
+                    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                },
+            )
         ),  # fmt: skip
         "gemma3": lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**gemma3)),
     }
@@ -157,8 +165,8 @@ def tiny_relative(kind: str):
 
 @pytest.mark.parametrize(
     "kind",
-    ["mistral", "qwen2", "qwen3", "olmo", "phi3", "pythia", "neox-sequential", "gemma2", "gemma3", "llama3.1",
-     "gemma3-scaled"],
+    ["mistral", "qwen2", "qwen3", "olmo", "olmo2", "phi", "phi3", "pythia", "neox-sequential", "gemma2",
+     "gemma3", "llama3.1", "gemma3-scaled"],
 )  # fmt: skip
 def test_more_architectures_match_transformers(kind):
     hf = tiny_relative(kind)
@@ -271,7 +279,7 @@ def test_smollm2_layer_by_layer_equals_its_logits(smollm2):
         rope, mask = smollm2.context(tokens.shape[1])
         for block in smollm2.blocks:
             x = block(x, rope, mask)
-        torch.testing.assert_close(smollm2.head(x), smollm2(tokens), rtol=0, atol=0)
+        torch.testing.assert_close(smollm2.to_logits(x), smollm2(tokens), rtol=0, atol=0)
         logits, cache = smollm2.run_with_cache(tokens, smollm2.resid_names())
     assert len(cache) == smollm2.cfg.n_layers + 1 == 31
     torch.testing.assert_close(cache[smollm2.resid_names()[-1]], x)

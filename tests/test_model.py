@@ -33,7 +33,7 @@ def test_run_with_cache_shapes_and_final_residual():
     assert cache["blocks.0.attn.hook_z"].shape == (2, 16, 4, 8)
     # The last residual is the raw block output; the logits come from it through the final norm.
     final = cache[model.resid_names()[-1]]
-    torch.testing.assert_close(model.head(final), logits)
+    torch.testing.assert_close(model.to_logits(final), logits)
     patterns = cache["blocks.0.attn.hook_pattern"]
     torch.testing.assert_close(patterns.sum(-1), torch.ones(2, 4, 16))
     assert torch.all(patterns.triu(1) == 0)  # causal
@@ -45,7 +45,7 @@ def test_manual_layer_by_layer_forward_equals_model():
     rope, mask = model.context(TOKENS.shape[1])
     for block in model.blocks:
         x = block(x, rope, mask)
-    torch.testing.assert_close(model.head(x), model(TOKENS), rtol=0, atol=0)
+    torch.testing.assert_close(model.to_logits(x), model(TOKENS), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
@@ -232,3 +232,31 @@ def test_a_float64_models_loss_is_computed_in_float64():
     assert next_token_loss(logits, tokens).dtype == torch.float64
     assert next_token_loss(nudged, tokens) != next_token_loss(logits, tokens)
     assert next_token_loss(logits.bfloat16(), tokens).dtype == torch.float32
+
+
+@pytest.mark.parametrize("rotation", ["none", "independent"])
+def test_per_head_weights_rebuild_queries_and_the_attention_output(rotation):
+    """W_Q, W_K, W_V and W_O act on the residual basis with the block's rotations folded in,
+    grouped-query heads repeated, as TransformerLens lays them out: ``[layer, head, ...]``."""
+    torch.manual_seed(0)
+    cfg = Config(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_mlp=64, positional="rotary",
+                 norm="rmsnorm", rotation=rotation)  # fmt: skip
+    model = Transformer(cfg).double().eval()
+    tokens = torch.randint(0, 256, (2, 6))
+    names = ["blocks.1.hook_resid_pre", "blocks.1.attn.hook_q", "blocks.1.attn.hook_v",
+             "blocks.1.attn.hook_z", "blocks.1.hook_attn_out"]  # fmt: skip
+    _, cache = model.run_with_cache(tokens, names)
+    block, normalised = model.blocks[1], model.blocks[1].ln1(cache["blocks.1.hook_resid_pre"])
+    assert (
+        model.W_Q.shape == (2, 4, 32, 8)
+        and model.W_O.shape == (2, 4, 8, 32)
+        and model.W_K.shape == (2, 4, 32, 8)
+    )
+    queries = torch.einsum("bpd,hde->bphe", normalised, model.W_Q[1])
+    torch.testing.assert_close(queries, cache["blocks.1.attn.hook_q"])
+    values = torch.einsum("bpd,hde->bphe", normalised, model.W_V[1])[:, :, ::2]  # one per key/value head
+    torch.testing.assert_close(values, cache["blocks.1.attn.hook_v"])
+    written = torch.einsum("bphe,hed->bpd", cache["blocks.1.attn.hook_z"], model.W_O[1])
+    torch.testing.assert_close(written, cache["blocks.1.hook_attn_out"])
+    torch.testing.assert_close(model.OV(1, 3), model.W_V[1, 3] @ model.W_O[1, 3])
+    assert model.QK(0, 1).shape == (32, 32) and block.attn.W_Q.weight.shape == (32, 32)

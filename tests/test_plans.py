@@ -49,7 +49,7 @@ def test_parallel_averages_the_layers_outputs(model):
         x = (model.blocks[1](x, *context) + model.blocks[2](x, *context)) / 2
         for i in range(3, N):
             x = model.blocks[i](x, *context)
-        expected = model.head(x)
+        expected = model.to_logits(x)
     torch.testing.assert_close(plans.run_plan(model, TOKENS, plans.parallel(N, 1, 2)), expected)
 
 

@@ -15,6 +15,7 @@ import torch
 from captum.attr import InputXGradient, IntegratedGradients, Saliency
 from torch import Tensor
 
+from .metrics import LogitDiff
 from .model import Transformer, read, write
 
 
@@ -206,8 +207,9 @@ def component_attributions(
     model: Transformer, tokens: Tensor, targets: Tensor, foils: Tensor | None = None
 ) -> tuple[list[str], Tensor, Tensor]:
     """Each component's direct contribution to the last position's logit of ``targets[b]``
-    (minus ``foils[b]``), per prompt: labels, ``[component, batch]``, and the final norm's
-    bias term ``[batch]`` (zero without a bias), which together sum to the logit (difference)."""
+    (minus ``foils[b]``), per prompt: labels, ``[component, batch]``, and the bias term
+    ``[batch]`` of the final norm and the unembedding (zero without biases), which together sum
+    to the logit (difference)."""
     labels, parts = residual_components(model, tokens)
     norm = frozen_final_norm(model, parts.sum(0))
     unembed = model.unembed.weight.float()
@@ -217,6 +219,9 @@ def component_attributions(
     bias_term = torch.zeros(len(targets), device=direction.device)
     if bias is not None:
         bias_term = (read(bias.float(), model.R_unembed) * direction).sum(-1)
+    if model.unembed.bias is not None:
+        unembed_bias = model.unembed.bias.float()
+        bias_term = bias_term + unembed_bias[targets] - (0 if foils is None else unembed_bias[foils])
     return labels, contributions, bias_term
 
 
@@ -229,9 +234,7 @@ def direct_logit_attribution(
     final norm's bias, sum to the model's own logit (difference)."""
     labels, contributions, bias_term = component_attributions(model, tokens, targets, foils)
     logits = model(tokens)[:, -1].float()
-    actual = logits.gather(1, targets[:, None])[:, 0] - (
-        0 if foils is None else logits.gather(1, foils[:, None])[:, 0]
-    )
+    actual = logits.gather(1, targets[:, None])[:, 0] if foils is None else LogitDiff(targets, foils)(logits)
     frame = pd.DataFrame({"component": labels, "dla": contributions.mean(1).tolist()})
     check = {
         "sum of contributions": (contributions.sum(0) + bias_term).mean().item(),
@@ -248,7 +251,7 @@ def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor, by_prompt: b
     _, cache = model.run_with_cache(tokens, model.resid_names())
     rows = []
     for layer, name in enumerate(model.resid_names()):
-        logits = model.head(cache[name][:, -1]).float()
+        logits = model.to_logits(cache[name][:, -1]).float()
         target_logit = logits.gather(1, targets[:, None])[:, 0]
         rows.append(pd.DataFrame({
             "layer": layer, "prompt": range(len(targets)),

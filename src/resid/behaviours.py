@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .metrics import LogitDiff
 from .model import Transformer
 
 NAMES = [
@@ -149,7 +150,19 @@ CAPITALS = {
 
 
 @dataclass
-class ContrastSet:
+class PromptSet:
+    """Prompts of one token length, each with the token that answers it."""
+
+    text: list[str]
+    tokens: Tensor  # [n, pos]
+    answers: Tensor  # [n]
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
+@dataclass
+class ContrastSet(PromptSet):
     """Prompts of one token length with the answer and a foil token each, and their
     counterfactual twins (same length) whose answer is the foil.
 
@@ -159,17 +172,11 @@ class ContrastSet:
     ``group`` says which template each prompt came from.
     """
 
-    text: list[str]
-    tokens: Tensor  # [n, pos]
-    answers: Tensor  # [n]
     foils: Tensor  # [n]
     counterfactual: Tensor  # [n, pos]
     corruptions: dict[str, Tensor] = field(default_factory=dict)  # name -> [n, pos]
     positions: dict[str, Tensor] = field(default_factory=dict)  # name -> [n]
     group: Tensor | None = None  # [n]
-
-    def __len__(self) -> int:
-        return len(self.text)
 
     def subset(self, index: Tensor) -> ContrastSet:
         """The prompts at ``index`` (a tensor of indices), every field cut alike."""
@@ -288,9 +295,9 @@ def _repeat_name(template: str, first: str, second: str, repeated: str, fill: di
     return head.format(A=first, B=second, **fill) + ", " + tail.format(B=repeated, **fill)
 
 
-def capital_prompts(tokenizer) -> tuple[list[str], Tensor, Tensor]:
-    """ "The capital of France is" -> " Paris", for capitals that are one token: texts, ``[n, pos]``
-    tokens (prompts of the most common length) and the answer ids."""
+def capital_prompts(tokenizer) -> PromptSet:
+    """ "The capital of France is" -> " Paris", for capitals that are one token (prompts of the
+    most common token length)."""
     rows = [
         (f"The capital of {country} is", " " + city)
         for country, city in CAPITALS.items()
@@ -299,10 +306,10 @@ def capital_prompts(tokenizer) -> tuple[list[str], Tensor, Tensor]:
     encoded = [bos_prefix(tokenizer) + tokenizer.encode(text) for text, _ in rows]
     common = max({len(e) for e in encoded}, key=[len(e) for e in encoded].count)
     keep = [(r, e) for r, e in zip(rows, encoded, strict=True) if len(e) == common]
-    return (
-        [r[0] for r, _ in keep],
-        torch.tensor([e for _, e in keep]),
-        torch.tensor([tokenizer.encode(r[1])[0] for r, _ in keep]),
+    return PromptSet(
+        text=[r[0] for r, _ in keep],
+        tokens=torch.tensor([e for _, e in keep]),
+        answers=torch.tensor([tokenizer.encode(r[1])[0] for r, _ in keep]),
     )
 
 
@@ -313,7 +320,7 @@ def answer_accuracy(model: Transformer, tokens: Tensor, answers: Tensor, foils: 
     logits = model(tokens)[:, -1].float()
     result = {"top-1 accuracy": (logits.argmax(-1) == answers).float().mean().item()}
     if foils is not None:
-        diff = logits.gather(1, answers[:, None]) - logits.gather(1, foils[:, None])
+        diff = LogitDiff(answers, foils)(logits)
         result |= {
             "answer beats foil": (diff > 0).float().mean().item(),
             "mean logit difference": diff.mean().item(),

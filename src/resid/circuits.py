@@ -16,11 +16,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from . import attribution, heads, progress, stats
+from . import attribution, heads, hooks, progress, stats
 from .behaviours import ContrastSet
 from .cache import Head
+from .metrics import KLFromReference, LogitDiff
 from .model import Transformer, read, write
-from .patching import KLFromReference
 
 
 def all_heads(model: Transformer) -> list[Head]:
@@ -38,19 +38,7 @@ def head_means(model: Transformer, reference: Tensor) -> list[Tensor]:
 
 def mean_ablation_hooks(ablate: Iterable[Head], means: list[Tensor]) -> list[tuple[str, object]]:
     """Hooks that replace the chosen heads' outputs by their means (from ``head_means``)."""
-    by_layer: dict[int, list[int]] = {}
-    for layer, h in ablate:
-        by_layer.setdefault(layer, []).append(h)
-
-    def replace_heads(layer: int, chosen: list[int]):
-        def hook(z: Tensor, hook_point) -> Tensor:
-            z = z.clone()
-            z[:, :, chosen] = means[layer][:, chosen].to(z.dtype)
-            return z
-
-        return hook
-
-    return [(f"blocks.{layer}.attn.hook_z", replace_heads(layer, hs)) for layer, hs in by_layer.items()]
+    return hooks.replace_heads(ablate, means)
 
 
 @torch.no_grad()
@@ -60,7 +48,7 @@ def ablated_logit_diff(
     """The logit difference (answer minus foil) of every prompt with the heads in ``ablate``
     mean-ablated: ``[prompt]``."""
     logits = model.run_with_hooks(prompts.tokens, mean_ablation_hooks(ablate, means))[:, -1].float()
-    return logits.gather(1, prompts.answers[:, None])[:, 0] - logits.gather(1, prompts.foils[:, None])[:, 0]
+    return LogitDiff(prompts.answers, prompts.foils)(logits)
 
 
 def faithfulness(

@@ -29,6 +29,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 CRITERIA = Path(__file__).resolve().parents[2] / "notebooks" / "criteria"
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive")
@@ -37,6 +38,25 @@ PREDICTION_VERDICTS = ("supported", "partly", "not supported", "inconclusive")
 
 class CheckFailed(AssertionError):
     pass
+
+
+class ClaimRow(TypedDict):
+    """One judged claim, as every chapter saves it and the results page reads it."""
+
+    id: str
+    claim: str
+    paper: str
+    ours: str
+    criterion: str
+    estimate: float
+    interval: list[float]
+    verdict: str
+
+
+class CheckRow(TypedDict):
+    check: str
+    detail: str
+    passed: bool
 
 
 @dataclass(frozen=True)
@@ -78,7 +98,7 @@ def load_criteria(chapter: str, folder: Path = CRITERIA) -> dict[str, Criterion]
     return {key: Criterion(id=key, **fields) for key, fields in table.items()}
 
 
-def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: str = "") -> dict:
+def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: str = "") -> ClaimRow:
     """A claim row: the criterion, the estimate with its interval, and the verdict. An interval
     that could not be measured (NaN: say, a run that never reached the loss it is read at) is
     inconclusive."""
@@ -88,19 +108,19 @@ def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: 
     verdict = "inconclusive" if unmeasured else _verdict(criterion, low, high)
     if criterion.prediction:
         verdict = {"reproduced": "supported", "not reproduced": "not supported"}.get(verdict, verdict)
-    return {
-        "id": criterion.id,
-        "claim": criterion.claim,
-        "paper": criterion.source,
-        "ours": ours or f"{estimate:.3g} [{low:.3g}, {high:.3g}]",
-        "criterion": criterion.describe(),
-        "estimate": estimate,
-        "interval": [low, high],
-        "verdict": verdict,
-    }
+    return ClaimRow(
+        id=criterion.id,
+        claim=criterion.claim,
+        paper=criterion.source,
+        ours=ours or f"{estimate:.3g} [{low:.3g}, {high:.3g}]",
+        criterion=criterion.describe(),
+        estimate=estimate,
+        interval=[low, high],
+        verdict=verdict,
+    )
 
 
-def table(rows: list[dict]):
+def table(rows: list[ClaimRow]):
     """The claims table a chapter shows: claim, paper, ours, criterion, verdict (the rows
     themselves, with estimates and intervals, go into the chapter's results)."""
     import pandas as pd
@@ -127,8 +147,8 @@ def _verdict(c: Criterion, low: float, high: float) -> str:
     return "inconclusive"
 
 
-def check(name: str, passed: bool, detail: str = "") -> dict:
+def check(name: str, passed: bool, detail: str = "") -> CheckRow:
     """Assert an identity or sanity property where it is computed; a row for the checks table."""
     if not passed:
         raise CheckFailed(f"check failed: {name} ({detail})")
-    return {"check": name, "detail": detail, "passed": True}
+    return CheckRow(check=name, detail=detail, passed=True)

@@ -13,7 +13,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .model import Transformer, read, write
+from . import hooks
+from .cache import act_name
+from .model import Transformer, write
 
 
 def repeated_tokens(
@@ -87,30 +89,31 @@ def in_context_losses_by_sequence(model: Transformer, tokens: Tensor, start: int
     return losses[:, : start - 1].mean(1), losses[:, start:].mean(1)
 
 
-def _head_slices(model: Transformer, layer: int, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The query, key, value and output weights of one head: ``[d_head, d_model]`` each, the
-    output as ``[d_model, d_head]``."""
-    cfg, attn = model.cfg, model.blocks[layer].attn
-    kv = head // (cfg.n_heads // cfg.kv_heads)
-    rows, kv_rows = (
-        slice(head * cfg.head_dim, (head + 1) * cfg.head_dim),
-        slice(kv * cfg.head_dim, (kv + 1) * cfg.head_dim),
-    )
-    return attn.W_Q.weight[rows], attn.W_K.weight[kv_rows], attn.W_V.weight[kv_rows], attn.W_O.weight[:, rows]
+@torch.no_grad()
+def ablated_in_context_losses(
+    model: Transformer, tokens: Tensor, chosen: list[tuple[int, int]], start: int
+) -> Tensor:
+    """Each sequence's mean loss from position ``start`` on with the ``chosen`` heads' outputs
+    replaced by their mean over every sequence and position: ``[batch]`` (the repeat's loss of
+    ``in_context_losses_by_sequence``, ablated)."""
+    names = sorted({act_name("z", layer) for layer, _ in chosen})
+    _, cache = model.run_with_cache(tokens, names)
+    means = {layer: cache[act_name("z", layer)].mean((0, 1)) for layer, _ in chosen}  # [head, d_head]
+    with model.hooks(hooks.replace_heads(chosen, means)):
+        return in_context_losses_by_sequence(model, tokens, start=start)[1]
 
 
-def _read_embeddings(model: Transformer, layer: int, token_ids: Tensor) -> Tensor:
-    """Token embeddings as a layer-``layer`` attention head reads them (its input norm applied)."""
-    block = model.blocks[layer]
-    return read(block.ln1(model.embed.weight[token_ids]), block.R_attn_in)
+def _normalised_embeddings(model: Transformer, layer: int, token_ids: Tensor) -> Tensor:
+    """Token embeddings as a layer-``layer`` attention head reads them (its input norm applied),
+    in the residual basis that the model's per-head weights act on."""
+    return model.blocks[layer].ln1(model.embed.weight[token_ids])
 
 
 @torch.no_grad()
 def ov_circuit(model: Transformer, layer: int, head: int, token_ids: Tensor) -> Tensor:
     """The full OV circuit ``W_E W_OV W_U`` restricted to ``token_ids``: entry [i, j] is how much
     attending to token i raises the logit of token j. ``[n, n]``."""
-    _, _, w_v, w_o = _head_slices(model, layer, head)
-    written = write(_read_embeddings(model, layer, token_ids) @ w_v.T @ w_o.T, model.blocks[layer].R_attn_out)
+    written = _normalised_embeddings(model, layer, token_ids) @ model.OV(layer, head)
     return model.direction_logits(written)[:, token_ids].float()
 
 
@@ -119,9 +122,8 @@ def qk_circuit(model: Transformer, layer: int, head: int, token_ids: Tensor) -> 
     """The token-token QK circuit ``W_E W_QK W_E^T`` on ``token_ids`` (query rows, key columns),
     scaled like the attention scores; positions are left out (with rotary embeddings this is
     the score between a query and a key at the same position)."""
-    w_q, w_k, _, _ = _head_slices(model, layer, head)
-    x = _read_embeddings(model, layer, token_ids)
-    return ((x @ w_q.T) @ (x @ w_k.T).T / model.cfg.head_dim**0.5).float()
+    x = _normalised_embeddings(model, layer, token_ids)
+    return (x @ model.QK(layer, head) @ x.T / model.cfg.head_dim**0.5).float()
 
 
 @torch.no_grad()
@@ -165,14 +167,8 @@ def attended_token_effect(
     logits, cache = model.run_with_cache(tokens, [name_z, name_p])
     attended = tokens.gather(1, cache[name_p][:, head].argmax(-1))  # [batch, query]
     keep = attended != tokens
-    mean_z = cache[name_z][:, :, head].mean((0, 1))
-
-    def ablate(z: Tensor, hook) -> Tensor:
-        z = z.clone()
-        z[:, :, head] = mean_z
-        return z
-
-    ablated = model.run_with_hooks(tokens, [(name_z, ablate)])
+    mean_z = cache[name_z].mean((0, 1))  # [head, d_head]: every head's mean output
+    ablated = model.run_with_hooks(tokens, hooks.replace_heads([(layer, head)], {layer: mean_z}))
     block = model.blocks[layer]
     written = write(block.attn.head_results(cache[name_z])[:, :, head], block.R_attn_out)
     direct = model.direction_logits(written)
@@ -193,7 +189,7 @@ def direct_path_logits(model: Transformer, token_ids: Tensor) -> Tensor:
     """Next-token logits from the embedding alone, every block skipped (the direct path, which
     the Primer describes as the model's bigram statistics): ``[n, vocab]``."""
     x = model.embed_tokens(token_ids[:, None])
-    return model.head(x)[:, 0].float()
+    return model.to_logits(x)[:, 0].float()
 
 
 def bigram_log_probs(ids: Tensor, vocab_size: int, rows: Tensor, smoothing: float = 1.0) -> Tensor:

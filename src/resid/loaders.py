@@ -242,9 +242,10 @@ def load_converted(path: Path) -> Transformer:
 
 def from_hf(hf) -> Transformer:
     """Copy a ``transformers`` model into a ``resid.Transformer``: Llama and its relatives
-    (Mistral, Qwen2, Qwen3, OLMo, Phi-3), Gemma 2 and 3, GPT-NeoX/Pythia, GPT-2 and BERT."""
+    (Mistral, Qwen2, Qwen3, OLMo, OLMo 2, Phi-3), Gemma 2 and 3, GPT-NeoX/Pythia, Phi-1/2, GPT-2
+    and BERT."""
     kind = hf.config.model_type
-    converters = {"gpt_neox": _from_gpt_neox, "gpt2": _from_gpt2, "bert": _from_bert}
+    converters = {"gpt_neox": _from_gpt_neox, "phi": _from_phi, "gpt2": _from_gpt2, "bert": _from_bert}
     converters |= dict.fromkeys(("gemma2", "gemma3_text"), _from_gemma)
     converters |= dict.fromkeys(LLAMA_FAMILY, _from_llama)
     if kind not in converters:
@@ -258,7 +259,7 @@ def from_hf(hf) -> Transformer:
     return model
 
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "olmo", "phi3")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "phi3")
 
 
 def _rope(c) -> dict:
@@ -317,7 +318,9 @@ def _split_phi3(c, sd: dict[str, Tensor]) -> dict[str, Tensor]:
 def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
     """Llama and the models that keep its layout: Mistral (a sliding window), Qwen2 (biases on
     the query, key and value maps), Qwen3 (each head's query and key RMS-normalised), OLMo
-    (LayerNorm without gain or bias), Phi-3 (fused query-key-value and gate-up maps)."""
+    (LayerNorm without gain or bias), OLMo 2 (no norm before a sublayer, one after it, and the
+    query and key each RMS-normalised across all heads), Phi-3 (fused query-key-value and
+    gate-up maps)."""
     kind = c.model_type
     if kind == "phi3":
         sd = _split_phi3(c, sd)
@@ -330,7 +333,8 @@ def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         d_mlp=c.intermediate_size, norm="layernorm" if kind == "olmo" else "rmsnorm",
         norm_eps=1e-5 if kind == "olmo" else c.rms_norm_eps, mlp="swiglu", positional="rotary",
         rope_theta=_rope(c)["rope_theta"], bias=False, tie_embeddings=bool(c.tie_word_embeddings),
-        qkv_bias=kind == "qwen2", qk_norm=kind == "qwen3", sliding_window=_sliding_window(c),
+        qkv_bias=kind == "qwen2", qk_norm=kind in ("qwen3", "olmo2"), qk_norm_joint=kind == "olmo2",
+        sandwich_norms=kind == "olmo2", pre_norms=kind != "olmo2", sliding_window=_sliding_window(c),
         rotary_dim=_rotary_dim(c), rope_scaling=_rope_scaling(_rope(c)),
     )  # fmt: skip
     if kind != "qwen2" and (getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False)):
@@ -354,6 +358,12 @@ def _from_llama(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         state["ln_final.weight"] = ones
         for i in range(cfg.n_layers):
             state[f"blocks.{i}.ln1.weight"] = state[f"blocks.{i}.ln2.weight"] = ones
+    elif kind == "olmo2":
+        state["ln_final.weight"] = sd["model.norm.weight"]
+        names |= {
+            "ln1_post.weight": "post_attention_layernorm.weight",
+            "ln2_post.weight": "post_feedforward_layernorm.weight",
+        }
     else:
         state["ln_final.weight"] = sd["model.norm.weight"]
         names |= {"ln1.weight": "input_layernorm.weight", "ln2.weight": "post_attention_layernorm.weight"}
@@ -463,6 +473,39 @@ def _from_gpt_neox(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]
         for ours, theirs in names.items():
             for param in ("weight", "bias"):
                 state[q + f"{ours}.{param}"] = sd[p + f"{theirs}.{param}"]
+    return cfg, state
+
+
+def _from_phi(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
+    """Phi-1 and Phi-2: attention and MLP in parallel reading one LayerNorm's output, rotary on
+    part of each head, biases on every linear map, the unembedding's included."""
+    if c.hidden_act not in ("gelu_new", "gelu_pytorch_tanh") or c.qk_layernorm:
+        raise UnknownModelError(
+            "only Phi with tanh-approximated GELU and no query/key LayerNorm is supported"
+        )
+    rope = _rope(c)
+    cfg = Config(
+        vocab_size=c.vocab_size, n_ctx=c.max_position_embeddings, d_model=c.hidden_size,
+        n_layers=c.num_hidden_layers, n_heads=c.num_attention_heads, n_kv_heads=c.num_key_value_heads,
+        d_mlp=c.intermediate_size, norm="layernorm", norm_eps=c.layer_norm_eps, mlp="gelu_tanh",
+        positional="rotary", rope_theta=rope["rope_theta"], rotary_dim=_rotary_dim(c),
+        rope_scaling=_rope_scaling(rope), bias=True, tie_embeddings=bool(c.tie_word_embeddings),
+        parallel=True, unembed_bias="lm_head.bias" in sd,
+    )  # fmt: skip
+    state = {"embed.weight": sd["model.embed_tokens.weight"]}
+    for param in ("weight", "bias"):
+        state[f"ln_final.{param}"] = sd[f"model.final_layernorm.{param}"]
+        if f"lm_head.{param}" in sd and not (param == "weight" and cfg.tie_embeddings):
+            state[f"unembed.{param}"] = sd[f"lm_head.{param}"]
+    names = {
+        "ln1": "input_layernorm", "ln2": "input_layernorm",  # one norm read by both halves
+        "attn.W_Q": "self_attn.q_proj", "attn.W_K": "self_attn.k_proj", "attn.W_V": "self_attn.v_proj",
+        "attn.W_O": "self_attn.dense", "mlp.W_in": "mlp.fc1", "mlp.W_out": "mlp.fc2",
+    }  # fmt: skip
+    for i in range(cfg.n_layers):
+        for ours, theirs in names.items():
+            for param in ("weight", "bias"):
+                state[f"blocks.{i}.{ours}.{param}"] = sd[f"model.layers.{i}.{theirs}.{param}"]
     return cfg, state
 
 

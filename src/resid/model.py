@@ -60,6 +60,7 @@ class Config:
     attn_only: bool = False  # no MLPs: the two-layer induction model of the circuits chapters
     qkv_bias: bool = False  # Qwen2: biases on the query, key and value maps only
     qk_norm: bool = False  # Qwen3: each head's query and key normalised before the rotary map
+    qk_norm_joint: bool = False  # OLMo 2: one query norm and one key norm across every head at once
     rotary_dim: int = 0  # 0: the whole head; fewer: GPT-NeoX/Pythia's partial rotary
     parallel: bool = False  # GPT-NeoX/Pythia: attention and MLP read the same residual
     sliding_window: int = 0  # Mistral: a query sees only the last `sliding_window` keys (0: all)
@@ -67,10 +68,12 @@ class Config:
     local_rope_theta: float = 0.0  # Gemma 3: the rotary base of windowed layers (0: rope_theta)
     rope_scaling: tuple = ()  # ("linear", factor) or ("llama3", factor, low, high, original context)
     sandwich_norms: bool = False  # Gemma 2/3: a norm on each sublayer's output too, before the add
+    pre_norms: bool = True  # False (OLMo 2): sublayers read the residual as it is (with sandwich_norms)
     embed_scale: float = 1.0  # Gemma: embeddings multiplied by sqrt(d_model)
     attn_scale: float = 0.0  # the attention scores' scale (0: 1 / sqrt(d_head))
     attn_softcap: float = 0.0  # Gemma 2: scores squashed to (-c, c) by c * tanh(score / c) (0: off)
     final_softcap: float = 0.0  # Gemma 2: the logits squashed likewise (0: off)
+    unembed_bias: bool = False  # Phi: a bias on the unembedding
 
     def __post_init__(self) -> None:
         for field, allowed in (("norm", NORMS), ("mlp", MLPS), ("rotation", ROTATIONS)):
@@ -88,6 +91,10 @@ class Config:
             raise ValueError(f"rotary_dim={self.rotary_dim} must be even and at most d_head={self.head_dim}")
         if self.parallel and (self.post_norm or self.attn_only):
             raise ValueError("parallel blocks need a pre-norm model with MLPs")
+        if not self.pre_norms and not self.sandwich_norms:
+            raise ValueError("pre_norms=False leaves a block without norms; it needs sandwich_norms=True")
+        if self.qk_norm_joint and not self.qk_norm:
+            raise ValueError("qk_norm_joint=True needs qk_norm=True")
         object.__setattr__(self, "layer_windows", tuple(self.layer_windows))  # JSON gives a list
         object.__setattr__(self, "rope_scaling", tuple(self.rope_scaling))
         if self.rope_scaling and self.rope_scaling[0] not in ("linear", "llama3"):
@@ -215,8 +222,10 @@ class Attention(nn.Module):
         self.W_K = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias or cfg.qkv_bias)
         self.W_V = nn.Linear(cfg.d_model, d_kv, bias=cfg.bias or cfg.qkv_bias)
         self.W_O = nn.Linear(d_q, cfg.d_model, bias=cfg.bias)
-        if cfg.qk_norm:  # RMSNorm inside each head, whatever normalises the residual stream
-            self.q_norm, self.k_norm = (Norm(cfg, cfg.head_dim, "rmsnorm") for _ in "qk")
+        if cfg.qk_norm:  # RMSNorm inside each head (or across all heads), whatever normalises the residual
+            joint = cfg.qk_norm_joint
+            self.q_norm = Norm(cfg, cfg.head_dim * (cfg.n_heads if joint else 1), "rmsnorm")
+            self.k_norm = Norm(cfg, cfg.head_dim * (cfg.kv_heads if joint else 1), "rmsnorm")
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()  # after QK-norm and the rotary map
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
@@ -256,7 +265,9 @@ class Attention(nn.Module):
         q = self.hook_q(self._project(self.W_Q, x, cfg.n_heads))
         k = self.hook_k(self._project(self.W_K, key_input, cfg.kv_heads))
         v = self.hook_v(self._project(self.W_V, value_input, cfg.kv_heads))
-        if cfg.qk_norm:
+        if cfg.qk_norm_joint:  # the norm spans the heads: [batch, pos, head * d_head]
+            q, k = self.q_norm(q.flatten(-2)).view_as(q), self.k_norm(k.flatten(-2)).view_as(k)
+        elif cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None and hasattr(self, "local_rope_cos"):
             positions = slice(start, start + q.shape[1])
@@ -342,8 +353,12 @@ class Block(nn.Module):
     def __init__(self, cfg: Config, rotations: dict[str, Tensor | None], layer: int = 0):
         super().__init__()
         self.post_norm, self.parallel = cfg.post_norm, cfg.parallel
-        self.ln1, self.attn = Norm(cfg), Attention(cfg, layer)
-        self.ln2, self.mlp = (None, None) if cfg.attn_only else (Norm(cfg), MLP(cfg))
+
+        def input_norm() -> nn.Module:  # OLMo 2 normalises sublayer outputs only
+            return Norm(cfg) if cfg.pre_norms else nn.Identity()
+
+        self.ln1, self.attn = input_norm(), Attention(cfg, layer)
+        self.ln2, self.mlp = (None, None) if cfg.attn_only else (input_norm(), MLP(cfg))
         if cfg.sandwich_norms:  # Gemma: each sublayer's output is normalised before it is added
             self.ln1_post = Norm(cfg)
             self.ln2_post = None if cfg.attn_only else Norm(cfg)
@@ -467,7 +482,7 @@ class Transformer(nn.Module):
         )
         self.ln_final = None if cfg.post_norm else Norm(cfg)
         self.register_buffer("R_unembed", rotations.pop(), persistent=False)
-        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False) if cfg.lm_head else None
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.unembed_bias) if cfg.lm_head else None
         if cfg.lm_head and cfg.tie_embeddings:
             self.unembed.weight = self.embed.weight
         if cfg.positional == "rotary":
@@ -528,7 +543,7 @@ class Transformer(nn.Module):
             rope = (self.rope_cos[:n_positions].to(dtype), self.rope_sin[:n_positions].to(dtype))
         return rope, mask
 
-    def head(self, x: Tensor) -> Tensor:
+    def to_logits(self, x: Tensor) -> Tensor:
         """Final norm and unembedding (for an encoder without an LM head: the final residual)."""
         if self.ln_final is not None:
             x = self.ln_final(x)
@@ -544,17 +559,67 @@ class Transformer(nn.Module):
         """The logits a write ``x`` into the final residual adds, through the final norm's gain
         (and LayerNorm's centring) but not its scale, which depends on the whole residual:
         the linear read-out by which a head's or a neuron's output direction promotes tokens
-        (before any soft-capping of the logits, which is not linear)."""
+        (before any soft-capping of the logits, which is not linear, and without the
+        unembedding's bias, which no write adds)."""
         if self.ln_final is not None:
             x = self.ln_final.linear(x, 1.0)
-        return self.unembed(read(x, self.R_unembed))
+        return F.linear(read(x, self.R_unembed), self.unembed.weight)
+
+    # --- per-head weights in the residual basis, shaped as TransformerLens shapes them ---
+
+    def _by_head(self, which: str) -> Tensor:
+        """``[layer, head, d_model, d_head]`` for W_Q, W_K, W_V (key and value heads repeated
+        for grouped-query attention); ``[layer, head, d_head, d_model]`` for W_O. Each acts on
+        (or writes) the residual stream, the block's rotations folded in: ``q[h] = ln1(x) @
+        W_Q[l, h] (+ bias)``, and the layer's output is ``sum_h z[h] @ W_O[l, h] (+ bias)``."""
+        cfg, out = self.cfg, []
+        for block in self.blocks:
+            linear = getattr(block.attn, which)
+            if which == "W_O":
+                per_head = linear.weight.T.reshape(cfg.n_heads, cfg.head_dim, cfg.d_model)
+                out.append(per_head if block.R_attn_out is None else per_head @ block.R_attn_out.T)
+                continue
+            n = linear.out_features // cfg.head_dim
+            per_head = linear.weight.view(n, cfg.head_dim, cfg.d_model).transpose(
+                1, 2
+            )  # [head, d_model, d_head]
+            per_head = per_head.repeat_interleave(cfg.n_heads // n, 0)
+            out.append(per_head if block.R_attn_in is None else block.R_attn_in @ per_head)
+        return torch.stack(out)
+
+    @property
+    def W_Q(self) -> Tensor:
+        return self._by_head("W_Q")
+
+    @property
+    def W_K(self) -> Tensor:
+        return self._by_head("W_K")
+
+    @property
+    def W_V(self) -> Tensor:
+        return self._by_head("W_V")
+
+    @property
+    def W_O(self) -> Tensor:
+        return self._by_head("W_O")
+
+    def OV(self, layer: int, head: int) -> Tensor:
+        """Head ``layer, head``'s OV circuit, ``[d_model, d_model]``: a normalised residual vector
+        it attends to, times this, is what it writes (biases left out)."""
+        return self.W_V[layer, head] @ self.W_O[layer, head]
+
+    def QK(self, layer: int, head: int) -> Tensor:
+        """Head ``layer, head``'s QK circuit, ``[d_model, d_model]``: the attention score of a
+        normalised query vector for a normalised key vector is ``q @ QK @ k`` (before scaling,
+        without biases, QK-norm or the rotary map, which make it depend on positions)."""
+        return self.W_Q[layer, head] @ self.W_K[layer, head].T
 
     def forward(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         x = self.embed_tokens(tokens)
         rope, mask = self.context(tokens.shape[1], attention_mask)
         for block in self.blocks:
             x = block(x, rope, mask)
-        return self.head(x)
+        return self.to_logits(x)
 
     def loss(self, tokens: Tensor) -> Tensor:
         """Mean next-token cross-entropy in nats."""

@@ -13,9 +13,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from . import progress
+from . import hooks, progress
+from .metrics import Metric
 from .model import Transformer, read, write
-from .patching import Metric
 
 
 def value_logits(model: Transformer, layer: int, neurons: Tensor | None = None) -> Tensor:
@@ -125,13 +125,8 @@ def neuron_effects(
     block = model.blocks[layer]
     direct, total = [], []
     for neuron in progress.steps(neurons, f"neuron patching, layer {layer}", show=len(neurons) > 20):
-
-        def patch(acts: Tensor, hook, neuron: int = neuron) -> Tensor:
-            acts = acts.clone()
-            acts[..., neuron] = counter_cache[name][..., neuron]
-            return acts
-
-        total.append(metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]) - base)
+        patched = model.run_with_hooks(clean, hooks.replace_coordinates(name, [neuron], counter_cache[name]))
+        total.append(metric(patched[:, -1]) - base)
         change = counter_cache[name][:, -1, neuron] - clean_cache[name][:, -1, neuron]  # [batch]
         written = write(change[:, None] * block.mlp.W_out.weight[:, neuron], block.R_mlp_out)
         normed = read(model.ln_final.linear(written, scale), model.R_unembed)

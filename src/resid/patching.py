@@ -17,43 +17,17 @@ respect to every edge's keep-weight at once; ACDC prunes edges one at a time.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from . import progress
+from . import hooks, progress
+from .metrics import KLFromReference, LogitDiff, Metric
 from .model import Transformer, read, write
 
-# last-position logits [..., batch, vocab] -> per prompt [..., batch] (or [..., batch, k] for k metrics)
-Metric = Callable[[Tensor], Tensor]
-
-
-@dataclass
-class LogitDiff:
-    """logit(answer) - logit(foil), per prompt."""
-
-    answers: Tensor
-    foils: Tensor
-
-    def __call__(self, logits: Tensor) -> Tensor:
-        pair = torch.stack([self.answers, self.foils], -1).expand(*logits.shape[:-1], 2)
-        values = logits.float().gather(-1, pair)
-        return values[..., 0] - values[..., 1]
-
-
-@dataclass
-class KLFromReference:
-    """KL(reference || patched) of the next-token distributions, per prompt."""
-
-    reference_logits: Tensor
-
-    def __call__(self, logits: Tensor) -> Tensor:
-        reference = self.reference_logits.float().log_softmax(-1)
-        return (reference.exp() * (reference - logits.float().log_softmax(-1))).sum(-1)
-
+__all__ = ["KLFromReference", "LogitDiff", "Metric"]  # the metrics, where the patching tools are
 
 # --- activation patching, batched ---
 
@@ -63,7 +37,7 @@ def _run_from(model: Transformer, x: Tensor, layer: int) -> Tensor:
     rope, mask = model.context(x.shape[1])
     for block in model.blocks[layer:]:
         x = block(x, rope, mask)
-    return model.head(x[:, -1])
+    return model.to_logits(x[:, -1])
 
 
 def interventions(
@@ -100,6 +74,13 @@ def interventions(
     }
 
 
+def _unchanged(replacement: Tensor, clean: Tensor) -> Tensor:
+    """Per position, whether the replacement is exactly the clean value in every prompt: ``[pos]``.
+    A patch there changes nothing (a counterfactual prompt that differs from the clean one only
+    from some token on leaves every activation before it as it was)."""
+    return (replacement == clean).flatten(2).all(-1).all(0)
+
+
 @torch.no_grad()
 def patch_residual(
     model: Transformer,
@@ -115,33 +96,37 @@ def patch_residual(
     ``[layer, position, prompt(, k)]`` with ``per_prompt`` (for intervals over prompts).
 
     ``replacements[f"blocks.{l}.hook_resid_pre"]`` holds the values (``[batch, pos, d_model]``).
-    Patches run batched from their layer on. In a causal model a patch at position p cannot
-    change the positions before it, so those keep the clean run's keys and values and only
-    the positions from p on are recomputed (``positions_per_pass`` neighbouring positions share
-    one batch, which starts at the first of them).
+    Patches run batched from their layer on. A patch whose replacement is the clean value in
+    every prompt changes nothing and is not run: its cell is the clean metric. In a causal model
+    a patch at position p cannot change the positions before it, so those keep the clean run's
+    keys and values and only the positions from p on are recomputed (``positions_per_pass``
+    neighbouring positions share one batch, which starts at the first of them).
     """
     cfg = model.cfg
     names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
     suffix = cfg.causal and not cfg.post_norm
     kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
-    _, cache = model.run_with_cache(tokens, names + (kv_names if suffix else []))
+    logits, cache = model.run_with_cache(tokens, names + (kv_names if suffix else []))
     batch, n_pos = tokens.shape
     reduce = (lambda x: x) if per_prompt else (lambda x: x.mean(1))
+    unpatched = reduce(metric(logits[:, -1]).unsqueeze(0))[0]  # the clean metric, for no-op patches
     result = []
     for layer, name in enumerate(progress.steps(names, "residual patching, by layer")):
-        if not suffix:
-            x = cache[name].unsqueeze(0).repeat(n_pos, 1, 1, 1)  # [patched position, batch, pos, d]
-            positions = torch.arange(n_pos)
-            x[positions, :, positions] = replacements[name].transpose(0, 1)
+        cells = [unpatched] * n_pos
+        changed = (~_unchanged(replacements[name], cache[name])).nonzero()[:, 0]
+        if not suffix and len(changed):
+            x = cache[name].unsqueeze(0).repeat(len(changed), 1, 1, 1)  # [patched position, batch, pos, d]
+            x[torch.arange(len(changed)), :, changed] = replacements[name][:, changed].transpose(0, 1)
             values = _batched(lambda xs, layer=layer: _run_from(model, xs, layer), x.flatten(0, 1), chunk)
-            result.append(reduce(metric(values.view(n_pos, batch, -1))))
-            continue
-        per_position = []
-        for first in range(0, n_pos, positions_per_pass):
-            group = torch.arange(first, min(first + positions_per_pass, n_pos))
-            x = (
-                cache[name][:, first:].unsqueeze(0).repeat(len(group), 1, 1, 1)
-            )  # [patch, batch, pos from first, d]
+            for position, cell in zip(
+                changed.tolist(), reduce(metric(values.view(len(changed), batch, -1))), strict=True
+            ):
+                cells[position] = cell
+        for at in range(0, len(changed) if suffix else 0, positions_per_pass):
+            group = changed[at : at + positions_per_pass]
+            first = int(group[0])
+            # [patch, batch, pos from first, d_model]
+            x = cache[name][:, first:].unsqueeze(0).repeat(len(group), 1, 1, 1)
             x[torch.arange(len(group)), :, group - first] = replacements[name][:, group].transpose(0, 1)
             prefix = {
                 i: tuple(
@@ -151,8 +136,11 @@ def patch_residual(
                 for i in range(layer, cfg.n_layers)
             }
             values = _run_suffix(model, x.flatten(0, 1), layer, first, prefix)
-            per_position.append(reduce(metric(values.view(len(group), batch, -1))))
-        result.append(torch.cat(per_position))
+            for position, cell in zip(
+                group.tolist(), reduce(metric(values.view(len(group), batch, -1))), strict=True
+            ):
+                cells[position] = cell
+        result.append(torch.stack(cells))
     return torch.stack(result).float().cpu()
 
 
@@ -164,7 +152,7 @@ def _run_suffix(model: Transformer, x: Tensor, layer: int, start: int, prefix: d
         rope = (rope[0][start:], rope[1][start:])
     for i, block in enumerate(model.blocks[layer:], layer):
         x = block(x, rope, None, prefix=prefix[i] if start else None)
-    return model.head(x[:, -1])
+    return model.to_logits(x[:, -1])
 
 
 @torch.no_grad()
@@ -178,28 +166,47 @@ def patch_heads(
 ) -> Tensor:
     """Patch one head's output (its ``hook_z``, at every position) at a time: ``[layer, head]``,
     the metric averaged over prompts, or ``[layer, head, prompt]`` with ``per_prompt``; every
-    head of a layer in one batched pass from that layer."""
+    head of a layer in one batched pass from that layer.
+
+    Where a layer's replacements are the clean values at the first positions of every prompt
+    (a counterfactual that differs from the clean prompt only from some token on), a causal
+    model keeps the clean run's keys and values there and reruns only the later positions."""
     cfg = model.cfg
     resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, resid_names)
+    z_names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
+    suffix = cfg.causal and not cfg.post_norm
+    kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
+    logits, cache = model.run_with_cache(tokens, resid_names + z_names + (kv_names if suffix else []))
+    unpatched = metric(logits[:, -1])  # [batch(, k)]
     batch = tokens.shape[0]
     result = []
     for layer in progress.steps(range(cfg.n_layers), "head patching, by layer"):
-        source = replacements[f"blocks.{layer}.attn.hook_z"]  # [batch, pos, head, d_head]
+        source = replacements[z_names[layer]]  # [batch, pos, head, d_head]
+        same = _unchanged(source, cache[z_names[layer]])
+        start = int(same.int().cumprod(0).sum()) if suffix else 0  # leading positions no patch changes
+        if start == tokens.shape[1]:
+            per_head = unpatched.unsqueeze(0).repeat(cfg.n_heads, *[1] * unpatched.dim())
+            result.append(per_head if per_prompt else per_head.mean(1))
+            continue
+        kv = {i: tuple(cache[f"blocks.{i}.attn.{h}"][:, :start] for h in ("hook_rot_k", "hook_v"))
+              for i in range(layer, cfg.n_layers)}  # fmt: skip
 
-        def run(xs: Tensor, first: int, layer: int = layer, source: Tensor = source) -> Tensor:
+        def run(xs: Tensor, first: int, layer: int = layer, source: Tensor = source, start: int = start,
+                kv: dict = kv) -> Tensor:  # fmt: skip
             rows = torch.arange(len(xs))
             head, prompt = (first + rows) // batch, (first + rows) % batch  # row r patches head r // batch
 
             def patch(z: Tensor, hook) -> Tensor:
                 z = z.clone()
-                z[rows, :, head] = source[prompt, :, head]
+                z[rows, :, head] = source[prompt, start:, head]
                 return z
 
-            with model.hooks([(f"blocks.{layer}.attn.hook_z", patch)]):
-                return _run_from(model, xs, layer)
+            prefix = {i: tuple(t[prompt] for t in pair) for i, pair in kv.items()}
+            with model.hooks([(z_names[layer], patch)]):
+                return _run_suffix(model, xs, layer, start, prefix)
 
-        x = cache[resid_names[layer]].repeat(cfg.n_heads, 1, 1)  # [head * batch, pos, d]
+        # [head * batch, pos from start, d_model]: row r patches head r // batch of prompt r % batch
+        x = cache[resid_names[layer]][:, start:].repeat(cfg.n_heads, 1, 1)
         values = _batched(run, x, chunk, pass_offset=True)
         per_head = metric(values.view(cfg.n_heads, batch, -1))
         result.append(per_head if per_prompt else per_head.mean(1))
@@ -223,15 +230,9 @@ def patch_heads_naive(
     cfg = model.cfg
     result = torch.zeros(cfg.n_layers, cfg.n_heads)
     for layer in range(cfg.n_layers):
-        name = f"blocks.{layer}.attn.hook_z"
+        source = {layer: replacements[f"blocks.{layer}.attn.hook_z"]}
         for head in range(cfg.n_heads):
-
-            def patch(z: Tensor, hook, head: int = head, name: str = name) -> Tensor:
-                z = z.clone()
-                z[:, :, head] = replacements[name][:, :, head]
-                return z
-
-            logits = model.run_with_hooks(tokens, [(name, patch)])[:, -1]
+            logits = model.run_with_hooks(tokens, hooks.replace_heads([(layer, head)], source))[:, -1]
             result[layer, head] = metric(logits).mean()
     return result
 
@@ -347,7 +348,7 @@ def graph_forward(
             down += 1
     final = read_inputs(1)
     final = final[:, :, 0] if final.dim() == 4 else final
-    return model.head(final[:, -1]), torch.stack(outputs), inputs
+    return model.to_logits(final[:, -1]), torch.stack(outputs), inputs
 
 
 @torch.no_grad()
@@ -358,16 +359,15 @@ def corrupted_outputs(model: Transformer, counterfactual: Tensor) -> Tensor:
 
 def edge_attribution_patching(
     model: Transformer, clean: Tensor, counterfactual: Tensor, metric: Metric, ig_steps: int = 0
-) -> tuple[Tensor, float]:
+) -> Tensor:
     """EAP (Nanda 2023; Syed et al. 2023): the first-order estimate of how much the metric
     changes when each edge is corrupted, for every edge from two forward passes and one
-    backward: ``[upstream, downstream]`` (zero where no edge), and the seconds it took.
+    backward: ``[upstream, downstream]`` (zero where no edge).
 
     ``ig_steps > 0`` is EAP-IG (Hanna et al. 2024): the gradient is averaged over ``ig_steps``
     points on the straight line from the counterfactual's input embeddings to the clean
     prompt's, as integrated gradients does, which follows the metric where a single gradient
     at the clean run would miss that it saturates."""
-    started = time.perf_counter()
     graph = Graph.of(model)
     corrupted = corrupted_outputs(model, counterfactual)
     with torch.no_grad():
@@ -385,7 +385,7 @@ def edge_attribution_patching(
         grads = step / len(alphas) if grads is None else grads + step / len(alphas)
     # corrupting edge (u, v) moves v's input by corrupted_u - clean_u; first order in that step
     scores = torch.einsum("ubtd,vbtd->uv", (corrupted - outputs).float(), grads.float())
-    return (scores * graph.allowed.to(scores.device)).cpu(), time.perf_counter() - started
+    return (scores * graph.allowed.to(scores.device)).cpu()
 
 
 @torch.no_grad()
@@ -396,11 +396,10 @@ def edge_patching(
     metric: Metric,
     edges: list[tuple[int, int]],
     per_prompt: bool = False,
-) -> tuple[Tensor, float]:
+) -> Tensor:
     """Exact path patching of single edges: the metric's change when only edge (u, v) is
     corrupted, one forward pass per edge (``[edge]``, or ``[edge, prompt]`` with
-    ``per_prompt``); and the seconds it took."""
-    started = time.perf_counter()
+    ``per_prompt``)."""
     graph = Graph.of(model)
     corrupted = corrupted_outputs(model, counterfactual)
     keep = graph.allowed.float()
@@ -411,7 +410,7 @@ def edge_patching(
         keep[u, v] = 0.0
         changes.append(reduce(metric(graph_forward(model, clean, keep, corrupted)[0])) - base)
         keep[u, v] = 1.0
-    return torch.stack(changes).cpu(), time.perf_counter() - started
+    return torch.stack(changes).cpu()
 
 
 @torch.no_grad()
@@ -473,14 +472,13 @@ def acdc(
     counterfactual: Tensor,
     threshold: float,
     candidates: Tensor | None = None,
-) -> tuple[Tensor, float, int]:
+) -> tuple[Tensor, int]:
     """ACDC-style pruning (Conmy et al. 2023): visit downstream nodes from the logits back and,
     for each incoming edge, corrupt it for good if that raises KL(full model || circuit) by less
     than ``threshold``. ``candidates`` (bool ``[upstream, downstream]``, e.g. the edges EAP
     ranks highest) restricts the search: every other edge starts corrupted, which is what makes
-    ACDC affordable on a model with tens of thousands of edges. Returns the kept edges, the
-    seconds it took, and the forward passes run."""
-    started = time.perf_counter()
+    ACDC affordable on a model with tens of thousands of edges. Returns the kept edges and the
+    forward passes run."""
     graph = Graph.of(model)
     corrupted = corrupted_outputs(model, counterfactual)
     reference = graph_forward(model, clean)[0]
@@ -496,4 +494,4 @@ def acdc(
                 current = trial
             else:
                 kept[u, v] = True
-    return kept, time.perf_counter() - started, passes
+    return kept, passes

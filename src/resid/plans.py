@@ -123,7 +123,7 @@ def run_plans(
         for step in plan[shared:]:
             x = apply_step(model, x, step, context)
             path.append((step, x))
-        outputs[index] = (readout or model.head)(x)
+        outputs[index] = (readout or model.to_logits)(x)
     return [outputs[i] for i in range(len(plans))]
 
 

@@ -247,7 +247,7 @@ def target_readout(
     """
 
     def readout(final_resid: Tensor) -> tuple[Tensor, Tensor]:
-        logits = model.head(final_resid[rows, positions]).float()
+        logits = model.to_logits(final_resid[rows, positions]).float()
         logprob = F.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
         return logprob, logits.argmax(-1) == targets
 

@@ -39,6 +39,7 @@ LATER_MODEL_FIELDS = {
     "attn_only": False, "qkv_bias": False, "qk_norm": False, "rotary_dim": 0, "parallel": False,
     "sliding_window": 0, "layer_windows": (), "local_rope_theta": 0.0, "sandwich_norms": False,
     "embed_scale": 1.0, "attn_scale": 0.0, "attn_softcap": 0.0, "final_softcap": 0.0, "rope_scaling": (),
+    "unembed_bias": False, "qk_norm_joint": False, "pre_norms": True,
 }  # fmt: skip
 
 
