@@ -25,22 +25,6 @@ def timed(fn, *args) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-@torch.no_grad()
-def naive_residual(model, tokens, values, metric) -> torch.Tensor:
-    result = torch.zeros(model.cfg.n_layers, tokens.shape[1])
-    for layer in range(model.cfg.n_layers):
-        name = f"blocks.{layer}.hook_resid_pre"
-        for position in range(tokens.shape[1]):
-
-            def patch(x, hook, name=name, position=position):
-                x = x.clone()
-                x[:, position] = values[name][:, position]
-                return x
-
-            result[layer, position] = metric(model.run_with_hooks(tokens, [(name, patch)])[:, -1]).mean()
-    return result
-
-
 def main(n_prompts: int = 8, n_edges: int = 40) -> None:
     torch.manual_seed(0)
     model = resid.load("smollm2-135m")
@@ -56,7 +40,7 @@ def main(n_prompts: int = 8, n_edges: int = 40) -> None:
     naive_heads_s, naive_heads = timed(patching.patch_heads_naive, model, clean, z_values, metric)
     batched_heads_s, batched_heads = timed(patching.patch_heads, model, clean, z_values, metric)
     assert torch.allclose(naive_heads, batched_heads, atol=1e-3), "the two head sweeps disagree"
-    naive_resid_s, naive_resid = timed(naive_residual, model, clean, r_values, metric)
+    naive_resid_s, naive_resid = timed(patching.patch_residual_naive, model, clean, r_values, metric)
     batched_resid_s, batched_resid = timed(patching.patch_residual, model, clean, r_values, metric)
     assert torch.allclose(naive_resid, batched_resid, atol=1e-3), "the two residual sweeps disagree"
 

@@ -404,16 +404,7 @@ def test_residual_patching_from_each_position_equals_one_forward_per_patch(cfg):
     names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
     values = patching.interventions(model, clean, corrupt, names)["resample"]
     metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
-    naive = torch.zeros(cfg.n_layers, clean.shape[1])
-    for layer, name in enumerate(names):
-        for position in range(clean.shape[1]):
-
-            def patch(x, hook, name=name, position=position):
-                x = x.clone()
-                x[:, position] = values[name][:, position]
-                return x
-
-            naive[layer, position] = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]).mean()
+    naive = patching.patch_residual_naive(model, clean, values, metric)
     for per_pass in (1, 3):
         fast = patching.patch_residual(model, clean, values, metric, positions_per_pass=per_pass)
         torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-6)
@@ -433,16 +424,7 @@ def test_sweeps_with_a_counterfactual_that_differs_late_match_one_forward_per_pa
     values = patching.interventions(model, clean, corrupt, z_names + r_names)["resample"]
     assert torch.equal(values[r_names[1]][:, :5], model.run_with_cache(clean, r_names)[1][r_names[1]][:, :5])
     metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
-    naive = torch.zeros(cfg.n_layers, clean.shape[1])
-    for layer, name in enumerate(r_names):
-        for position in range(clean.shape[1]):
-
-            def patch(x, hook, name=name, position=position):
-                x = x.clone()
-                x[:, position] = values[name][:, position]
-                return x
-
-            naive[layer, position] = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]).mean()
+    naive = patching.patch_residual_naive(model, clean, values, metric)
     fast = patching.patch_residual(model, clean, values, metric)
     torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(naive[:, 5:], naive[0, 0])  # late patches differ: the test can fail

@@ -502,11 +502,17 @@ def _from_phi(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         "attn.W_Q": "self_attn.q_proj", "attn.W_K": "self_attn.k_proj", "attn.W_V": "self_attn.v_proj",
         "attn.W_O": "self_attn.dense", "mlp.W_in": "mlp.fc1", "mlp.W_out": "mlp.fc2",
     }  # fmt: skip
-    for i in range(cfg.n_layers):
-        for ours, theirs in names.items():
-            for param in ("weight", "bias"):
-                state[f"blocks.{i}.{ours}.{param}"] = sd[f"model.layers.{i}.{theirs}.{param}"]
-    return cfg, state
+    return cfg, state | _per_block(sd, names, cfg.n_layers, "model.layers.{}.")
+
+
+def _per_block(sd: dict[str, Tensor], names: dict[str, str], n_layers: int, theirs: str) -> dict[str, Tensor]:
+    """Every block's weights and biases: ``blocks.{i}.{ours}`` from ``theirs.format(i) + names[ours]``."""
+    return {
+        f"blocks.{i}.{ours}.{param}": sd[f"{theirs.format(i)}{their_name}.{param}"]
+        for i in range(n_layers)
+        for ours, their_name in names.items()
+        for param in ("weight", "bias")
+    }
 
 
 def _from_gpt2(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
@@ -564,11 +570,7 @@ def _from_bert(c, sd: dict[str, Tensor]) -> tuple[Config, dict[str, Tensor]]:
         "ln1": "attention.output.LayerNorm", "mlp.W_in": "intermediate.dense",
         "mlp.W_out": "output.dense", "ln2": "output.LayerNorm",
     }  # fmt: skip
-    for i in range(cfg.n_layers):
-        for ours, theirs in names.items():
-            for param in ("weight", "bias"):
-                state[f"blocks.{i}.{ours}.{param}"] = sd[f"{prefix}encoder.layer.{i}.{theirs}.{param}"]
-    return cfg, state
+    return cfg, state | _per_block(sd, names, cfg.n_layers, prefix + "encoder.layer.{}.")
 
 
 def sentence_embeddings(model: Transformer, texts: list[str], batch_size: int = 64) -> Tensor:

@@ -237,6 +237,26 @@ def patch_heads_naive(
     return result
 
 
+@torch.no_grad()
+def patch_residual_naive(
+    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric
+) -> Tensor:
+    """The same sweep as ``patch_residual``, one full forward pass per layer and position: the
+    reference the benchmark and the tests hold the batched version to."""
+    result = torch.zeros(model.cfg.n_layers, tokens.shape[1])
+    for layer in range(model.cfg.n_layers):
+        name = f"blocks.{layer}.hook_resid_pre"
+        for position in range(tokens.shape[1]):
+
+            def patch(x: Tensor, hook, name: str = name, position: int = position) -> Tensor:
+                x = x.clone()
+                x[:, position] = replacements[name][:, position]
+                return x
+
+            result[layer, position] = metric(model.run_with_hooks(tokens, [(name, patch)])[:, -1]).mean()
+    return result
+
+
 # --- the graph of edges ---
 
 
