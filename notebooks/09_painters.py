@@ -643,7 +643,7 @@ claims.table(claim_rows).style.hide(axis="index")
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]
-# ## Takeaways
+# **Takeaways.** Computed from the claims above, like every verdict in them.
 
 # %%
 verdicts = {row["id"]: row["verdict"] for row in claim_rows}
