@@ -53,8 +53,11 @@ def test_results_page_has_a_linked_row_per_claim_and_names_unexecuted_chapters(t
         "format: jb-book\nroot: intro\nparts:\n  - caption: Privileged basis\n    chapters:\n"
         "      - file: chapters/outliers\n      - file: chapters/kurtosis\n"
     )
-    claims = [{"claim": "kurtosis > 3", "paper": "far above", "ours": "36–219", "verdict": "reproduced"},
-              {"prediction": "a | b", "source": "ours", "ours": "x", "verdict": "partly"}]  # fmt: skip
+    claims = [
+        {"claim": "kurtosis > 3", "paper": "far above", "ours": "36–219", "criterion": "k > 3",
+         "verdict": "reproduced"},
+        {"claim": "a | b", "paper": "ours", "ours": "x", "criterion": "y > 0", "verdict": "partly"},
+    ]  # fmt: skip
     (tmp_path / "outliers.json").write_text(json.dumps({
         "chapter": "outliers", "quick": False, "claims": claims,
         "rerun": {"command": "make chapter CH=outliers", "cached_seconds": 90.0, "cold_seconds": 110.0,
@@ -62,8 +65,8 @@ def test_results_page_has_a_linked_row_per_claim_and_names_unexecuted_chapters(t
         "environment": {"torch": "2.13.0", "inputs": {"corpus pydoc": "71f2ff5d99bdc1f9"}},
     }))  # fmt: skip
     page = book.results_page(tmp_path, toc=toc).read_text()
-    row = "| {ref}`outliers <claims-outliers>` | kurtosis > 3 | far above | 36–219 | *set after the run* | **reproduced** |"  # noqa: E501
-    assert row in page  # a row without a pre-registered criterion says so
+    row = "| {ref}`outliers <claims-outliers>` | kurtosis > 3 | far above | 36–219 | k > 3 | **reproduced** |"
+    assert row in page  # each row shows its pre-registered criterion
     assert "a \\| b" in page  # a pipe inside a cell does not split the row
     assert "not executed yet: `make chapter CH=kurtosis`" in page
     assert "Verdicts over all chapters: 1 reproduced, 1 partly." in page and "checks" not in page
