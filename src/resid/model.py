@@ -567,25 +567,25 @@ class Transformer(nn.Module):
 
     # --- per-head weights in the residual basis, shaped as TransformerLens shapes them ---
 
+    def _heads_of(self, which: str, layer: int) -> Tensor:
+        """Block ``layer``'s ``which`` (W_Q, W_K, W_V: ``[head, d_model, d_head]``, key and value
+        heads repeated for grouped-query attention; W_O: ``[head, d_head, d_model]``), acting on
+        (or writing) the residual stream with the block's rotations folded in: ``q[h] = ln1(x)
+        @ W_Q[h] (+ bias)``, and the layer's output is ``sum_h z[h] @ W_O[h] (+ bias)``."""
+        cfg, block = self.cfg, self.blocks[layer]
+        linear = getattr(block.attn, which)
+        if which == "W_O":
+            per_head = linear.weight.T.reshape(cfg.n_heads, cfg.head_dim, cfg.d_model)
+            return per_head if block.R_attn_out is None else per_head @ block.R_attn_out.T
+        n = linear.out_features // cfg.head_dim
+        # [n, d_head, d_model] -> [n, d_model, d_head] -> one copy per query head
+        per_head = linear.weight.view(n, cfg.head_dim, cfg.d_model).transpose(1, 2)
+        per_head = per_head.repeat_interleave(cfg.n_heads // n, 0)
+        return per_head if block.R_attn_in is None else block.R_attn_in @ per_head
+
     def _by_head(self, which: str) -> Tensor:
-        """``[layer, head, d_model, d_head]`` for W_Q, W_K, W_V (key and value heads repeated
-        for grouped-query attention); ``[layer, head, d_head, d_model]`` for W_O. Each acts on
-        (or writes) the residual stream, the block's rotations folded in: ``q[h] = ln1(x) @
-        W_Q[l, h] (+ bias)``, and the layer's output is ``sum_h z[h] @ W_O[l, h] (+ bias)``."""
-        cfg, out = self.cfg, []
-        for block in self.blocks:
-            linear = getattr(block.attn, which)
-            if which == "W_O":
-                per_head = linear.weight.T.reshape(cfg.n_heads, cfg.head_dim, cfg.d_model)
-                out.append(per_head if block.R_attn_out is None else per_head @ block.R_attn_out.T)
-                continue
-            n = linear.out_features // cfg.head_dim
-            per_head = linear.weight.view(n, cfg.head_dim, cfg.d_model).transpose(
-                1, 2
-            )  # [head, d_model, d_head]
-            per_head = per_head.repeat_interleave(cfg.n_heads // n, 0)
-            out.append(per_head if block.R_attn_in is None else block.R_attn_in @ per_head)
-        return torch.stack(out)
+        """``_heads_of`` stacked over layers: ``[layer, head, ...]``, TransformerLens's layout."""
+        return torch.stack([self._heads_of(which, layer) for layer in range(self.cfg.n_layers)])
 
     @property
     def W_Q(self) -> Tensor:
@@ -606,13 +606,13 @@ class Transformer(nn.Module):
     def OV(self, layer: int, head: int) -> Tensor:
         """Head ``layer, head``'s OV circuit, ``[d_model, d_model]``: a normalised residual vector
         it attends to, times this, is what it writes (biases left out)."""
-        return self.W_V[layer, head] @ self.W_O[layer, head]
+        return self._heads_of("W_V", layer)[head] @ self._heads_of("W_O", layer)[head]
 
     def QK(self, layer: int, head: int) -> Tensor:
         """Head ``layer, head``'s QK circuit, ``[d_model, d_model]``: the attention score of a
         normalised query vector for a normalised key vector is ``q @ QK @ k`` (before scaling,
         without biases, QK-norm or the rotary map, which make it depend on positions)."""
-        return self.W_Q[layer, head] @ self.W_K[layer, head].T
+        return self._heads_of("W_Q", layer)[head] @ self._heads_of("W_K", layer)[head].T
 
     def forward(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         x = self.embed_tokens(tokens)
