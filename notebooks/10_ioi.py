@@ -635,6 +635,10 @@ def heads_of_top_edges(scores: torch.Tensor, n_heads: int) -> list[Head]:
     return chosen
 
 
+def jaccard(a: list[Head], b: list[Head]) -> float:
+    return len(set(a) & set(b)) / max(len(set(a) | set(b)), 1)
+
+
 size = max(len(acdc_heads), 1)
 found = {
     "by hand": circuit,
@@ -645,7 +649,6 @@ found = {
 comparison = []
 for method, members in found.items():
     result = circuits.faithfulness(model, held_out, members, held_means, seed=seed)
-    overlap = len(set(members) & set(circuit)) / max(len(set(members) | set(circuit)), 1)
     comparison.append(
         {
             "method": method,
@@ -653,11 +656,17 @@ for method, members in found.items():
             "faithfulness": result["faithfulness"],
             "low": result["low"],
             "high": result["high"],
-            "overlap with the hand-found circuit (Jaccard)": overlap,
+            "overlap with the hand-found circuit (Jaccard)": jaccard(members, circuit),
         }  # fmt: skip
     )
 comparison = pd.DataFrame(comparison)
 comparison.round(3)
+
+# %% [markdown]
+# And the four sets against each other: the Jaccard overlap of their heads (1 on the diagonal).
+
+# %%
+pd.DataFrame({a: {b: jaccard(x, y) for b, y in found.items()} for a, x in found.items()}).round(2)
 
 # %% [markdown]
 # ## Neurons: keys, values, and the ones that write names
