@@ -36,18 +36,13 @@ def head_means(model: Transformer, reference: Tensor) -> list[Tensor]:
     return [cache[name].mean(0) for name in names]
 
 
-def mean_ablation_hooks(ablate: Iterable[Head], means: list[Tensor]) -> list[tuple[str, object]]:
-    """Hooks that replace the chosen heads' outputs by their means (from ``head_means``)."""
-    return hooks.replace_heads(ablate, means)
-
-
 @torch.no_grad()
 def ablated_logit_diff(
     model: Transformer, prompts: ContrastSet, ablate: Iterable[Head], means: list[Tensor]
 ) -> Tensor:
     """The logit difference (answer minus foil) of every prompt with the heads in ``ablate``
     mean-ablated: ``[prompt]``."""
-    logits = model.run_with_hooks(prompts.tokens, mean_ablation_hooks(ablate, means))[:, -1].float()
+    logits = model.run_with_hooks(prompts.tokens, hooks.replace_heads(ablate, means))[:, -1].float()
     return LogitDiff(prompts.answers, prompts.foils)(logits)
 
 
@@ -141,7 +136,7 @@ def prune_heads(
     current, passes = 0.0, 0
     order = [h for h in reversed(all_heads(model)) if candidates is None or h in set(candidates)]
     for head in progress.steps(order, "ACDC over heads"):
-        logits = model.run_with_hooks(prompts.tokens, mean_ablation_hooks(ablated + [head], means))[:, -1]
+        logits = model.run_with_hooks(prompts.tokens, hooks.replace_heads(ablated + [head], means))[:, -1]
         trial = kl(logits).mean().item()
         passes += 1
         if trial - current < threshold:
@@ -221,7 +216,7 @@ def head_logit_attributions(
 ) -> Tensor:
     """Every head's direct contribution to the logit difference, per prompt, optionally with the
     heads in ``ablate`` mean-ablated: ``[prompt, layer, head]``."""
-    with model.hooks(mean_ablation_hooks(ablate, means) if means is not None else []):
+    with model.hooks(hooks.replace_heads(ablate, means) if means is not None else []):
         labels, contributions, _ = attribution.component_attributions(
             model, prompts.tokens, prompts.answers, prompts.foils
         )

@@ -74,6 +74,26 @@ def interventions(
     }
 
 
+def _clean_run(model: Transformer, tokens: Tensor, names: list[str]) -> tuple[Tensor, dict, bool]:
+    """The clean run's logits and the activations ``names``, plus every block's keys and values
+    when the model is causal and pre-norm (then a patch can rerun only the positions it can
+    change: the returned flag)."""
+    cfg = model.cfg
+    suffix = cfg.causal and not cfg.post_norm
+    kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
+    logits, cache = model.run_with_cache(tokens, names + (kv_names if suffix else []))
+    return logits, cache, suffix
+
+
+def _clean_prefix(cache: dict, layers: range, start: int, rows: Tensor) -> dict[int, tuple]:
+    """Each block's clean keys and values of the positions before ``start``, for the batch rows
+    ``rows`` (a prompt repeated once per patch), as ``_run_suffix`` reads them."""
+    return {
+        i: tuple(cache[f"blocks.{i}.attn.{h}"][rows, :start] for h in ("hook_rot_k", "hook_v"))
+        for i in layers
+    }
+
+
 def _unchanged(replacement: Tensor, clean: Tensor) -> Tensor:
     """Per position, whether the replacement is exactly the clean value in every prompt: ``[pos]``.
     A patch there changes nothing (a counterfactual prompt that differs from the clean one only
@@ -104,9 +124,7 @@ def patch_residual(
     """
     cfg = model.cfg
     names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
-    suffix = cfg.causal and not cfg.post_norm
-    kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
-    logits, cache = model.run_with_cache(tokens, names + (kv_names if suffix else []))
+    logits, cache, suffix = _clean_run(model, tokens, names)
     batch, n_pos = tokens.shape
     reduce = (lambda x: x) if per_prompt else (lambda x: x.mean(1))
     unpatched = reduce(metric(logits[:, -1]).unsqueeze(0))[0]  # the clean metric, for no-op patches
@@ -128,13 +146,9 @@ def patch_residual(
             # [patch, batch, pos from first, d_model]
             x = cache[name][:, first:].unsqueeze(0).repeat(len(group), 1, 1, 1)
             x[torch.arange(len(group)), :, group - first] = replacements[name][:, group].transpose(0, 1)
-            prefix = {
-                i: tuple(
-                    cache[f"blocks.{i}.attn.{h}"][:, :first].repeat(len(group), 1, 1, 1)
-                    for h in ("hook_rot_k", "hook_v")
-                )
-                for i in range(layer, cfg.n_layers)
-            }
+            prefix = _clean_prefix(
+                cache, range(layer, cfg.n_layers), first, torch.arange(batch).repeat(len(group))
+            )
             values = _run_suffix(model, x.flatten(0, 1), layer, first, prefix)
             for position, cell in zip(
                 group.tolist(), reduce(metric(values.view(len(group), batch, -1))), strict=True
@@ -174,9 +188,7 @@ def patch_heads(
     cfg = model.cfg
     resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
     z_names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
-    suffix = cfg.causal and not cfg.post_norm
-    kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
-    logits, cache = model.run_with_cache(tokens, resid_names + z_names + (kv_names if suffix else []))
+    logits, cache, suffix = _clean_run(model, tokens, resid_names + z_names)
     unpatched = metric(logits[:, -1])  # [batch(, k)]
     batch = tokens.shape[0]
     result = []
@@ -188,11 +200,10 @@ def patch_heads(
             per_head = unpatched.unsqueeze(0).repeat(cfg.n_heads, *[1] * unpatched.dim())
             result.append(per_head if per_prompt else per_head.mean(1))
             continue
-        kv = {i: tuple(cache[f"blocks.{i}.attn.{h}"][:, :start] for h in ("hook_rot_k", "hook_v"))
-              for i in range(layer, cfg.n_layers)}  # fmt: skip
 
-        def run(xs: Tensor, first: int, layer: int = layer, source: Tensor = source, start: int = start,
-                kv: dict = kv) -> Tensor:  # fmt: skip
+        def run(
+            xs: Tensor, first: int, layer: int = layer, source: Tensor = source, start: int = start
+        ) -> Tensor:
             rows = torch.arange(len(xs))
             head, prompt = (first + rows) // batch, (first + rows) % batch  # row r patches head r // batch
 
@@ -201,7 +212,7 @@ def patch_heads(
                 z[rows, :, head] = source[prompt, start:, head]
                 return z
 
-            prefix = {i: tuple(t[prompt] for t in pair) for i, pair in kv.items()}
+            prefix = _clean_prefix(cache, range(layer, cfg.n_layers), start, prompt)
             with model.hooks([(z_names[layer], patch)]):
                 return _run_suffix(model, xs, layer, start, prefix)
 
