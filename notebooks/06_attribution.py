@@ -425,7 +425,7 @@ print(f"{top_head}: {head_dla:+.4f} by hand, {library_dla:+.4f} from resid. Not 
 # the prompts the model answers correctly: when does the capital become the top prediction?
 
 # %%
-lens_by_prompt = attribution.logit_lens(model, capital_tokens[correct], capitals[correct], by_prompt=True)
+lens_by_prompt = attribution.logit_lens(model, capital_tokens[correct], capitals[correct], per_prompt=True)
 lens = lens_by_prompt.groupby("layer").mean().drop(columns="prompt").reset_index()
 
 # %% tags=["plot"]

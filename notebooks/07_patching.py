@@ -66,6 +66,7 @@ from IPython.display import Markdown, display
 
 import resid
 from resid import behaviours, book, claims, patching, stats
+from resid.cache import Head
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 sns.set_theme(style="whitegrid", context="notebook")
@@ -221,7 +222,7 @@ plt.show()
 # %%
 def top_heads(grid: torch.Tensor, k: int = 10, largest_drop: bool = True) -> list[str]:
     order = grid.flatten().argsort(descending=not largest_drop)[:k]
-    return [f"L{i // model.cfg.n_heads}H{i % model.cfg.n_heads}" for i in order.tolist()]
+    return [str(Head(*divmod(i, model.cfg.n_heads))) for i in order.tolist()]
 
 
 kinds = ["zero", "mean", "resample", "noise"]
@@ -306,7 +307,7 @@ check_rows += [
                  bool((unchanged - reference).abs().max() < 1e-3),
                  f"largest change {(unchanged - reference).abs().max().item():.1e}"),
 ]  # fmt: skip
-print(f"L{layer}H{head}: Δ logit diff {by_hand - clean_ld:+.3f} by hand, {from_map:+.3f} in the map. "
+print(f"{Head(layer, head)}: Δ logit diff {by_hand - clean_ld:+.3f} by hand, {from_map:+.3f} in the map. "
       f"Clean patches: largest change {(unchanged - reference).abs().max().item():.1e}.")  # fmt: skip
 
 # %% [markdown]
@@ -331,11 +332,10 @@ receivers = [
 graph = patching.Graph.of(model)
 first_receiver_layer = min(layer for layer, _ in receivers)
 sender_layers = range(first_receiver_layer - 2 if quick else 0, first_receiver_layer)
-senders = [f"L{layer}H{head}" for layer in sender_layers for head in range(model.cfg.n_heads)]
+senders = [str(Head(layer, head)) for layer in sender_layers for head in range(model.cfg.n_heads)]
 t0 = time.time()
-corrupted = patching.corrupted_outputs(model, counterfactual)
-receiver_names = [f"L{layer}H{head}" for layer, head in receivers]
-path_effect = patching.path_patching(model, clean, corrupted, logit_diff, senders, receiver_names)
+receiver_names = [str(Head(*receiver)) for receiver in receivers]
+path_effect = patching.path_patching(model, clean, counterfactual, logit_diff, senders, receiver_names)
 path_effect = torch.cat(
     [
         torch.zeros(first_receiver_layer - len(sender_layers), model.cfg.n_heads),
@@ -351,7 +351,7 @@ sns.heatmap(path_effect.numpy(), cmap="RdBu", center=0, vmin=-limit, vmax=limit,
 ax.set(
     xlabel="sender head",
     ylabel="sender layer",
-    title="Δ logit diff, sender → " + ", ".join(f"L{a}H{b}" for a, b in receivers),
+    title="Δ logit diff, sender → " + ", ".join(receiver_names),
 )
 plt.show()
 
@@ -417,15 +417,12 @@ print(
 
 # %%
 ks = [k for k in (30, 100, 300, 1000, 3000, 10000) if k < n_edges] + [n_edges]
-faithfulness = []
-for k in ks:
-    kept = torch.zeros_like(graph.allowed)
-    kept[tuple(ranked[:k].T)] = True
-    value = patching.circuit_metric(model, clean, corrupted, logit_diff, kept)
-    faithfulness.append(
-        {"edges kept": k, "logit diff": value, "recovered": (value - counter_ld) / (clean_ld - counter_ld)}
-    )
-faithfulness = pd.DataFrame(faithfulness)
+top_k_circuits = torch.zeros(len(ks), *graph.allowed.shape, dtype=torch.bool)
+for circuit, k in zip(top_k_circuits, ks, strict=True):
+    circuit[tuple(ranked[:k].T)] = True
+kept_values = patching.circuit_metric(model, clean, counterfactual, logit_diff, top_k_circuits).numpy()
+top_k_recovered = (kept_values - counter_ld) / (clean_ld - counter_ld)
+faithfulness = pd.DataFrame({"edges kept": ks, "logit diff": kept_values, "recovered": top_k_recovered})
 display(faithfulness.style.format({"logit diff": "{:.2f}", "recovered": "{:.0%}"}).hide(axis="index"))
 
 # %% [markdown]
@@ -449,7 +446,6 @@ small_answers = sequences[:, -1]
 small_foils = (small_answers + 1) % 256
 small_metric = patching.LogitDiff(small_answers, small_foils)
 small_graph = patching.Graph.of(small)
-small_corrupted = patching.corrupted_outputs(small, small_counter)
 started_small = time.perf_counter()
 small_eap = patching.edge_attribution_patching(small, small_clean, small_counter, small_metric)
 small_eap_seconds = time.perf_counter() - started_small
@@ -466,7 +462,7 @@ small_clean_ld, small_counter_ld = small_clean_by_prompt.mean().item(), small_co
 
 
 def small_recovered(kept: torch.Tensor) -> float:
-    value = patching.circuit_metric(small, small_clean, small_corrupted, small_metric, kept)
+    value = patching.circuit_metric(small, small_clean, small_counter, small_metric, kept)
     return (value - small_counter_ld) / (small_clean_ld - small_counter_ld)
 
 
@@ -526,7 +522,7 @@ print(f"induction model: clean logit diff {small_clean_ld:.2f}, counterfactual {
 # %% [markdown]
 # ### Exercise 7.3: the two ends of a circuit
 #
-# `patching.circuit_metric(model, clean, corrupted, metric, kept)` runs the clean prompt with
+# `patching.circuit_metric(model, clean, counterfactual, metric, kept)` runs the clean prompt with
 # every edge outside `kept` carrying its value from the counterfactual run. **Predict** the
 # fraction recovered (`small_recovered`) when `kept` holds every edge of the graph, and when it
 # holds none. Check both on the induction model. Why is the second one not obvious for a graph
@@ -576,7 +572,7 @@ held_out_effect = effects_by_prompt["resample"][receiver_layer, receiver_head, h
 best_acdc_setting = comparison[comparison.method == "ACDC"].sort_values("recovered").iloc[-1]["setting"]
 best_circuit = acdc_circuits[best_acdc_setting]
 circuit_by_prompt = patching.circuit_metric(
-    small, small_clean, small_corrupted, small_metric, best_circuit, per_prompt=True
+    small, small_clean, small_counter, small_metric, best_circuit, per_prompt=True
 )
 by_prompt_first = {kind: effects_by_prompt[kind].permute(2, 0, 1) for kind in ("zero", "resample")}
 measured = {  # criterion id -> ((estimate, low, high), what it is)

@@ -73,6 +73,7 @@ from IPython.display import Markdown, display
 
 import resid
 from resid import book, claims, data, experiments, heads, hooks, stats
+from resid.cache import Head
 from resid.train import PRESETS, train
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -164,7 +165,7 @@ queries = torch.arange(small_tokens.shape[1] - period, small_tokens.shape[1])
 my_score = pattern[:, queries, queries - period + 1].mean().item()
 check_rows.append(claims.check("an induction score by hand equals heads.head_scores",
                                abs(my_score - best["induction"]) < 1e-5))  # fmt: skip
-print(f"L{layer}H{head}: {my_score:.3f} by hand, {best['induction']:.3f} from heads.head_scores")
+print(f"{Head(layer, head)}: {my_score:.3f} by hand, {best['induction']:.3f} from heads.head_scores")
 
 # %% [markdown]
 # The mechanism is the one {cite:t}`olsson2022induction` describe: previous-token heads in layer 0, induction
@@ -188,12 +189,12 @@ repeated = heads.repeated_tokens(n_sequences, period, frequent, seed=seed, prefi
 first_pass, repeat_pass = heads.in_context_losses(model, repeated, start=repeated.shape[1] - period)
 scores = heads.head_scores(model, repeated, period)
 # the same scores sequence by sequence, for an interval over sequences
-induction_by_sequence = torch.tensor(np.stack([
+induction_per_prompt = torch.tensor(np.stack([
     heads.head_scores(model, sequence[None], period)["induction"].to_numpy() for sequence in repeated
 ]))  # [sequence, head]  # fmt: skip
 check_rows.append(claims.check(
     "the per-sequence induction scores average to the batch's",
-    np.allclose(induction_by_sequence.mean(0).numpy(), scores["induction"].to_numpy(), atol=1e-5),
+    np.allclose(induction_per_prompt.mean(0).numpy(), scores["induction"].to_numpy(), atol=1e-5),
 ))  # fmt: skip
 
 # %% tags=["plot"]
@@ -229,8 +230,8 @@ def ablated_repeat_losses(tokens: torch.Tensor, chosen: list[tuple[int, int]]) -
 
 
 held_out = heads.repeated_tokens(n_sequences, period, frequent, seed=seed + 1, prefix=bos)
-held_first, held_repeat = heads.in_context_losses_by_sequence(
-    model, held_out, start=held_out.shape[1] - period
+held_first, held_repeat = heads.in_context_losses(
+    model, held_out, start=held_out.shape[1] - period, per_prompt=True
 )
 top5 = [tuple(map(int, r)) for r in top_induction[["layer", "head"]].values]
 generator = torch.Generator().manual_seed(seed)
@@ -356,7 +357,7 @@ copy = heads.copy_scores(model, frequent)
 fig, ax = plt.subplots(figsize=(7, 5))
 ax.scatter(copy["copying"], copy["suppression"], s=10, alpha=0.6)
 for _, row in pd.concat([copy.nlargest(3, "copying"), copy.nlargest(3, "suppression")]).iterrows():
-    ax.annotate(f"L{row.layer:.0f}H{row['head']:.0f}", (row["copying"], row["suppression"]), fontsize=8)
+    ax.annotate(str(Head(int(row.layer), int(row["head"]))), (row["copying"], row["suppression"]), fontsize=8)
 ax.set(
     xlabel="copying: own logit is the row's maximum",
     ylabel="suppression: own logit is the row's minimum",
@@ -388,7 +389,7 @@ my_copying = (ov.argmax(1) == torch.arange(len(frequent))).float().mean().item()
 check_rows.append(claims.check("a copying score by hand equals heads.copy_scores",
                                abs(my_copying - copier["copying"]) < 1e-6))  # fmt: skip
 is_induction = (layer, head) in top5
-print(f"L{layer}H{head}: copying {my_copying:.0%} by hand; "
+print(f"{Head(layer, head)}: copying {my_copying:.0%} by hand; "
       + ("it is one of the top-5 induction heads" if is_induction else
          "it is not among the top-5 induction heads: copying what you attend to is half of induction; "
          "the other half is attending to the right token"))  # fmt: skip
@@ -405,7 +406,7 @@ if bos is not None:
 effects = pd.DataFrame(
     [
         {
-            "head": f"L{int(h.layer)}H{int(h['head'])}",
+            "head": str(Head(int(h.layer), int(h["head"]))),
             "role": role,
             **heads.attended_token_effect(model, windows, int(h.layer), int(h["head"])),
         }
@@ -414,7 +415,7 @@ effects = pd.DataFrame(
 )
 display(effects.style.format(precision=3).hide(axis="index"))
 suppressor_by_window = heads.attended_token_effect(
-    model, windows, int(suppressor.layer), int(suppressor["head"]), by_sequence=True
+    model, windows, int(suppressor.layer), int(suppressor["head"]), per_prompt=True
 )
 
 # %% [markdown]
@@ -569,8 +570,8 @@ def bootstrap_mean(values: torch.Tensor) -> tuple[float, float, float]:
     return tuple(v.item() for v in stats.bootstrap(values, n_resamples=n_resamples))
 
 
-def best_induction(by_sequence: torch.Tensor) -> float:
-    return by_sequence.mean(0).max().item()  # the best head, chosen again in every resample
+def best_induction(per_prompt: torch.Tensor) -> float:
+    return per_prompt.mean(0).max().item()  # the best head, chosen again in every resample
 
 
 def ablation_contrast(first, repeat, top, random_) -> float:
@@ -589,7 +590,7 @@ measured = {  # criterion id -> ((estimate, low, high), what it is)
     "induction_forms_abruptly": (seed_interval(small_by_seed["share of training"]), "share"),
     "two_layer_mechanism": (seed_interval(weaker_head), "score"),
     "pretrained_induction_heads": (
-        stats.bootstrap_statistic(best_induction, induction_by_sequence, n_resamples=n_resamples), "score"),
+        stats.bootstrap_statistic(best_induction, induction_per_prompt, n_resamples=n_resamples), "score"),
     "induction_ablation": (
         stats.bootstrap_statistic(ablation_contrast, *ablations, n_resamples=n_resamples), "Δ share undone"),
     "copy_suppression_direct": (
@@ -612,7 +613,7 @@ claims.table(claim_rows).style.hide(axis="index")
 # %%
 verdicts = {row["id"]: row["verdict"] for row in claim_rows}
 estimates = {row["id"]: row["estimate"] for row in claim_rows}
-suppressor_name = f"L{int(suppressor.layer)}H{int(suppressor['head'])}"
+suppressor_name = str(Head(int(suppressor.layer), int(suppressor["head"])))
 display(Markdown(
     f"- **Induction.** In the two-layer model the repeat's loss makes 80% of its fall within "
     f"{estimates['induction_forms_abruptly']:.0%} of training on average over {len(seeds)} seeds "

@@ -119,7 +119,7 @@ print(f"{model_name}: {T} blocks, d_model={model.cfg.d_model}, computing in {dty
 
 # %%
 suite = tasks.decoder_suite(model, n_items=n_items, n_windows=n_windows, seed=seed)
-full_items = tasks.score_plans(model, suite, [plans.identity(T)], by_item=True)[0]
+full_items = tasks.score_plans(model, suite, [plans.identity(T)], per_item=True)[0]
 full = {task.name: task.score_items(full_items[task.name]) for task in suite}
 model32 = resid.load(model_name, device=device)
 full32 = tasks.score_plans(model32, suite[:1], [plans.identity(T)])[0]
@@ -240,7 +240,7 @@ layers_swept = range(0, T, 5) if quick else range(T)
 single_skips = [plans.skip(T, i, i) for i in layers_swept]
 swaps = [plans.swap(T, i) for i in layers_swept if i < T - 1]
 skip_ppl_resampled = tasks.resampled_scores(  # [1 + resample, plan]: the full model, then each skip
-    ppl_task, tasks.score_plans(model, ppl_task, [plans.identity(T)] + single_skips, by_item=True),
+    ppl_task, tasks.score_plans(model, ppl_task, [plans.identity(T)] + single_skips, per_item=True),
     n_resamples, seed=seed)["perplexity"]  # fmt: skip
 full_sweep_ppl = skip_ppl_resampled[0, 0].item()
 ppl_skip = skip_ppl_resampled[0, 1:].tolist()
@@ -335,7 +335,7 @@ keys = [("full model", T // 2, 0)] + [(variant, n, s) for variant, n, s, _ in sw
 plan_list = [plans.identity(T)] + [plan for *_, plan in sweep]
 sweep_start = time.time()
 resampled = tasks.resampled_scores(  # {task: [1 + resample, plan]}, row 0 on all items
-    kept, tasks.score_plans(model, kept, plan_list, by_item=True, progress=True), n_resamples, seed=seed
+    kept, tasks.score_plans(model, kept, plan_list, per_item=True, progress=True), n_resamples, seed=seed
 )
 sweep_seconds = time.time() - sweep_start
 accuracy_tasks = [t for t in kept if t.kind != "loss"]
@@ -468,7 +468,7 @@ for n in n_grid:
         loop_plans.append(plans.parallel(T, n, T - n - 1, loops=loops))
         loop_keys.append((T - 2 * n, loops))
 loop_resampled = tasks.resampled_scores(  # [1 + resample, plan], on the fewer windows of ppl_task
-    ppl_task, tasks.score_plans(model, ppl_task, loop_plans, by_item=True), n_resamples, seed=seed
+    ppl_task, tasks.score_plans(model, ppl_task, loop_plans, per_item=True), n_resamples, seed=seed
 )["perplexity"]
 loop_ppl = loop_resampled[0].tolist()
 heat = pd.DataFrame([(m, k, p) for (m, k), p in zip(loop_keys, loop_ppl, strict=True)],

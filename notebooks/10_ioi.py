@@ -285,21 +285,19 @@ search = discovery.subset(
     torch.randperm(len(discovery), generator=torch.Generator().manual_seed(seed))[:n_search_prompts]
 )
 search_metric = patching.LogitDiff(search.answers, search.foils)
-search_corrupted = patching.corrupted_outputs(model, search.counterfactual)
 first_mover_layer = min(h.layer for h in name_movers)
 sender_heads = [h for h in circuits.all_heads(model) if h.layer < first_mover_layer]
 if quick:
     sender_heads = sender_heads[-4:]
 t0 = time.time()
 into_queries = patching.path_patching(
-    model, search.tokens, search_corrupted, search_metric, [str(h) for h in sender_heads],
+    model, search.tokens, search.counterfactual, search_metric, [str(h) for h in sender_heads],
     [f"{h}.q" for h in name_movers],
 )  # fmt: skip
 path_seconds = time.time() - t0
 s_inhibition = [sender_heads[i] for i in into_queries.argsort()[:3].tolist()]
-clean_outputs = patching.corrupted_outputs(model, search.tokens)  # the clean run's own values
-no_change = patching.path_patching(
-    model, search.tokens, clean_outputs, search_metric, [str(sender_heads[-1])], [f"{name_movers[0]}.q"]
+no_change = patching.path_patching(  # the clean prompts as their own counterfactual
+    model, search.tokens, search.tokens, search_metric, [str(sender_heads[-1])], [f"{name_movers[0]}.q"]
 )
 check_rows.append(
     claims.check(
@@ -325,10 +323,10 @@ plt.show()
 
 # %%
 held_search = held_out.subset(torch.arange(min(n_search_prompts, len(held_out))))
-held_corrupted = patching.corrupted_outputs(model, held_search.counterfactual)
+held_metric = patching.LogitDiff(held_search.answers, held_search.foils)
 change = patching.path_patching(
-    model, held_search.tokens, held_corrupted, patching.LogitDiff(held_search.answers, held_search.foils),
-    [str(s_inhibition[0])], [f"{h}.q" for h in name_movers], per_prompt=True,
+    model, held_search.tokens, held_search.counterfactual, held_metric, [str(s_inhibition[0])],
+    [f"{h}.q" for h in name_movers], per_prompt=True,
 )[0]  # fmt: skip
 estimate, low, high = stats.ratio_bootstrap(-change, logit_diff(held_search), seed=seed)
 end_to_s2 = float(evidence.loc[evidence["head"] == str(s_inhibition[0]), "end→S2"].iloc[0])
@@ -357,7 +355,7 @@ early = [h for h in circuits.all_heads(model) if h.layer < first_inhibitor_layer
 if quick:
     early = early[-4:]
 into_values = patching.path_patching(
-    model, search.tokens, search_corrupted, search_metric, [str(h) for h in early],
+    model, search.tokens, search.counterfactual, search_metric, [str(h) for h in early],
     [f"{h}.v" for h in s_inhibition],
 )  # fmt: skip
 early_evidence = (

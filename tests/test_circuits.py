@@ -78,11 +78,13 @@ def test_split_query_key_value_edges_add_up_to_the_head_edge(model):
         patching.graph_forward(model, clean, whole, corrupted)[0],
     )
     metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
-    through_query = patching.path_patching(model, clean, corrupted, metric, ["embed", "L0H1"], ["L1H2.q"])
-    through_head = patching.path_patching(model, clean, corrupted, metric, ["embed", "L0H1"], ["L1H2"])
+    through_query = patching.path_patching(model, clean, corrupt, metric, ["embed", "L0H1"], ["L1H2.q"])
+    through_head = patching.path_patching(model, clean, corrupt, metric, ["embed", "L0H1"], ["L1H2"])
     assert through_query.shape == (2,) and not torch.allclose(through_query, through_head)
+    unchanged = patching.path_patching(model, clean, clean, metric, ["embed", "L0H1"], ["L1H2.q"])
+    torch.testing.assert_close(unchanged, torch.zeros(2), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="no node"):
-        patching.path_patching(model, clean, corrupted, metric, ["embed"], ["L1H9.q"])
+        patching.path_patching(model, clean, corrupt, metric, ["embed"], ["L1H9.q"])
 
 
 def test_patching_the_clean_activation_changes_nothing(model):
@@ -158,13 +160,16 @@ def test_per_prompt_sweeps_average_to_the_mean_sweeps_and_match_a_prompt_run_alo
     torch.testing.assert_close(
         per_edge.mean(-1), patching.edge_patching(model, clean, corrupt, metric, edges)
     )
-    corrupted = patching.corrupted_outputs(model, corrupt)
     kept = graph.allowed & (torch.rand(graph.allowed.shape, generator=torch.Generator().manual_seed(0)) < 0.5)
-    by_prompt = patching.circuit_metric(model, clean, corrupted, metric, kept, per_prompt=True)
-    assert by_prompt.shape == (3,)
-    assert by_prompt.mean().item() == pytest.approx(
-        patching.circuit_metric(model, clean, corrupted, metric, kept)
-    )
+    per_prompt = patching.circuit_metric(model, clean, corrupt, metric, kept, per_prompt=True)
+    assert per_prompt.shape == (3,)
+    mean = patching.circuit_metric(model, clean, corrupt, metric, kept)
+    assert per_prompt.mean().item() == pytest.approx(mean)
+    # a stack of circuits is each circuit alone; keeping every edge is the clean run
+    stacked = patching.circuit_metric(model, clean, corrupt, metric, torch.stack([kept, graph.allowed]))
+    assert stacked.shape == (2,)
+    assert stacked[0].item() == pytest.approx(per_prompt.mean().item(), rel=1e-5)
+    assert stacked[1].item() == pytest.approx(metric(model(clean)[:, -1]).mean().item(), rel=1e-4)
 
 
 def test_integrated_gradients_are_complete(model):
@@ -208,7 +213,7 @@ def test_direct_logit_attributions_sum_to_the_logit(model):
     lens = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]))
     assert len(lens) == model.cfg.n_layers + 1
     # the last boundary read through the lens is the model's own output
-    by_prompt = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]), by_prompt=True)
+    by_prompt = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]), per_prompt=True)
     assert len(by_prompt) == 3 * len(lens)
     means = by_prompt.groupby("layer").mean().drop(columns="prompt").reset_index()
     pd.testing.assert_frame_equal(means, lens)
@@ -276,12 +281,12 @@ def test_circuits_and_scores_have_the_right_shapes_and_meaning():
     effect = heads.attended_token_effect(model, prompts(0).long(), 1, 0)
     assert effect["positions"] > 0
     # per sequence, weighted by each sequence's positions, the same means
-    by_sequence = heads.attended_token_effect(model, prompts(0).long(), 1, 0, by_sequence=True)
-    weights = by_sequence["positions"] / by_sequence["positions"].sum()
+    per_prompt = heads.attended_token_effect(model, prompts(0).long(), 1, 0, per_prompt=True)
+    weights = per_prompt["positions"] / per_prompt["positions"].sum()
     for name in ("direct effect on attended token", "logit change when ablated"):
-        assert (by_sequence[name] * weights).sum().item() == pytest.approx(effect[name], rel=1e-5, abs=1e-6)
+        assert (per_prompt[name] * weights).sum().item() == pytest.approx(effect[name], rel=1e-5, abs=1e-6)
     repeated = heads.repeated_tokens(4, 6, 256, seed=0)
-    first, repeat = heads.in_context_losses_by_sequence(model, repeated, start=6)
+    first, repeat = heads.in_context_losses(model, repeated, start=6, per_prompt=True)
     assert first.shape == repeat.shape == (4,)
     assert (first.mean().item(), repeat.mean().item()) == pytest.approx(
         heads.in_context_losses(model, repeated, start=6)

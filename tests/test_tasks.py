@@ -90,7 +90,7 @@ def test_item_values_bootstrap_into_paired_scores(decoder):
     packed = tasks.packed_task("double", tasks.STEPWISE, "", 0.1, [], items, TOKENIZER, per_row=5)
     variants = [plans.identity(4), plans.skip(4, 1, 2)]
     scores = tasks.score_plans(decoder, [loss, packed], variants, batch_rows=2)
-    values = tasks.score_plans(decoder, [loss, packed], variants, batch_rows=2, by_item=True)
+    values = tasks.score_plans(decoder, [loss, packed], variants, batch_rows=2, per_item=True)
     assert values[0]["perplexity"].shape == (4,) and values[0]["double"].shape == (12,)
     for score, value in zip(
         scores, values, strict=True

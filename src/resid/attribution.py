@@ -244,10 +244,10 @@ def direct_logit_attribution(
 
 
 @torch.no_grad()
-def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor, by_prompt: bool = False) -> pd.DataFrame:
+def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor, per_prompt: bool = False) -> pd.DataFrame:
     """At every layer boundary, the last position's residual read out through the final norm
     and unembedding: the probability and rank of ``targets`` and whether it is the top-1, as the
-    mean over the batch, or with ``by_prompt`` one row per (layer, prompt)."""
+    mean over the batch, or with ``per_prompt`` one row per (layer, prompt)."""
     _, cache = model.run_with_cache(tokens, model.resid_names())
     rows = []
     for layer, name in enumerate(model.resid_names()):
@@ -260,4 +260,4 @@ def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor, by_prompt: b
             "top-1 accuracy": (logits.argmax(-1) == targets).float().numpy(),
         }))  # fmt: skip
     frame = pd.concat(rows, ignore_index=True)
-    return frame if by_prompt else frame.groupby("layer").mean().drop(columns="prompt").reset_index()
+    return frame if per_prompt else frame.groupby("layer").mean().drop(columns="prompt").reset_index()

@@ -75,7 +75,7 @@ OPTIMIZERS = {  # label -> TrainConfig.optimizer
     "SOAP": "soap",
 }
 LEARNING_RATES = {"sgd": (0.03, 0.1, 0.3, 1.0)}  # each optimiser's sweep; the others share one
-ADAPTIVE_LEARNING_RATES = (3e-3, 1e-2, 3e-2, 1e-1)
+ADAPTIVE_LEARNING_RATES = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 
 
 def optimizer_run(

@@ -69,24 +69,21 @@ def head_scores(model: Transformer, tokens: Tensor, period: int, start: int | No
     return pd.DataFrame(rows)
 
 
-def in_context_losses(model: Transformer, tokens: Tensor, start: int) -> tuple[float, float]:
+@torch.no_grad()
+def in_context_losses(
+    model: Transformer, tokens: Tensor, start: int, per_prompt: bool = False
+) -> tuple[float, float] | tuple[Tensor, Tensor]:
     """Mean next-token loss on the first pass of a repeated sequence and on its repeat, which
     begins at position ``start``; a model that copies from context has a much lower loss on
     the repeat (random tokens are otherwise unpredictable). The repeat's first token, which
-    nothing in context predicts, counts in neither.
+    nothing in context predicts, counts in neither. With ``per_prompt``, two ``[batch]``
+    tensors, each sequence's own means (for intervals over sequences); every sequence has the
+    same number of positions in each part, so their means are the overall means.
     """
-    first, repeat = in_context_losses_by_sequence(model, tokens, start)
-    return first.mean().item(), repeat.mean().item()
-
-
-@torch.no_grad()
-def in_context_losses_by_sequence(model: Transformer, tokens: Tensor, start: int) -> tuple[Tensor, Tensor]:
-    """``in_context_losses`` for each sequence apart (for intervals over sequences): two
-    ``[batch]`` tensors. Every sequence has the same number of positions in each part, so their
-    means are the overall means."""
     logits = model(tokens[:, :-1]).float()
     losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
-    return losses[:, : start - 1].mean(1), losses[:, start:].mean(1)
+    first, repeat = losses[:, : start - 1].mean(1), losses[:, start:].mean(1)
+    return (first, repeat) if per_prompt else (first.mean().item(), repeat.mean().item())
 
 
 @torch.no_grad()
@@ -95,12 +92,12 @@ def ablated_in_context_losses(
 ) -> Tensor:
     """Each sequence's mean loss from position ``start`` on with the ``chosen`` heads' outputs
     replaced by their mean over every sequence and position: ``[batch]`` (the repeat's loss of
-    ``in_context_losses_by_sequence``, ablated)."""
+    ``in_context_losses(..., per_prompt=True)``, ablated)."""
     names = sorted({act_name("z", layer) for layer, _ in chosen})
     _, cache = model.run_with_cache(tokens, names)
     means = {layer: cache[act_name("z", layer)].mean((0, 1)) for layer, _ in chosen}  # [head, d_head]
     with model.hooks(hooks.replace_heads(chosen, means)):
-        return in_context_losses_by_sequence(model, tokens, start=start)[1]
+        return in_context_losses(model, tokens, start=start, per_prompt=True)[1]
 
 
 def _normalised_embeddings(model: Transformer, layer: int, token_ids: Tensor) -> Tensor:
@@ -152,7 +149,7 @@ def copy_scores(model: Transformer, token_ids: Tensor) -> pd.DataFrame:
 
 @torch.no_grad()
 def attended_token_effect(
-    model: Transformer, tokens: Tensor, layer: int, head: int, by_sequence: bool = False
+    model: Transformer, tokens: Tensor, layer: int, head: int, per_prompt: bool = False
 ) -> dict:
     """What a head does to the token it attends to most, measured by mean-ablating it.
 
@@ -160,7 +157,7 @@ def attended_token_effect(
     the head's direct effect on t's logit (mean over positions where t is not the token at the
     query itself) and the change in t's logit when the head's output is replaced by its mean
     over every sequence and position. A copy-suppression head lowers t directly, so ablating it
-    raises t's logit. ``by_sequence``: both effects as ``[batch]`` tensors, each sequence's mean
+    raises t's logit. ``per_prompt``: both effects as ``[batch]`` tensors, each sequence's mean
     over its own positions (for intervals over sequences).
     """
     name_z, name_p = f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.attn.hook_pattern"
@@ -177,7 +174,7 @@ def attended_token_effect(
         "direct effect on attended token": direct.gather(-1, pick).squeeze(-1).float(),
         "logit change when ablated": (ablated.gather(-1, pick) - logits.gather(-1, pick)).squeeze(-1).float(),
     }  # each [batch, query]
-    if by_sequence:
+    if per_prompt:
         kept = keep.sum(1)
         return {name: (value * keep).sum(1) / kept for name, value in effects.items()} | {"positions": kept}
     means = {name: value[keep].mean().item() for name, value in effects.items()}

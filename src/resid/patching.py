@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from . import hooks, progress
+from .cache import Head
 from .metrics import KLFromReference, LogitDiff, Metric
 from .model import Transformer, read, write
 
@@ -292,7 +293,7 @@ class Graph:
             )
         upstream, downstream, order_up, order_down = ["embed"], [], [0], []
         for layer in range(cfg.n_layers):
-            heads = [f"L{layer}H{h}" for h in range(cfg.n_heads)]
+            heads = [str(Head(layer, h)) for h in range(cfg.n_heads)]
             reads = [f"{head}.{part}" for part in "qkv" for head in heads] if split_qkv else heads
             downstream += reads
             order_down += [2 * layer + 1] * len(reads)
@@ -448,18 +449,18 @@ def edge_patching(
 def path_patching(
     model: Transformer,
     clean: Tensor,
-    corrupted: Tensor,
+    counterfactual: Tensor,
     metric: Metric,
     senders: list[str],
     receivers: list[str],
     per_prompt: bool = False,
 ) -> Tensor:
     """Each sender's effect through the receivers only (Wang et al. 2023): the metric's change
-    when the edges from that sender into the receiver nodes carry the counterfactual value
-    and every other edge, the sender's other paths included, stays clean. ``corrupted`` comes
-    from ``corrupted_outputs``; nodes are named as in ``Graph``, and a receiver such as
-    ``"L9H6.q"`` is that head's query input alone. ``[sender]``, averaged over prompts, or
-    ``[sender, prompt]`` with ``per_prompt`` (for intervals)."""
+    when the edges from that sender into the receiver nodes carry the sender's value on the
+    ``counterfactual`` prompts and every other edge, the sender's other paths included, stays
+    clean. Nodes are named as in ``Graph``, and a receiver such as ``"L9H6.q"`` is that head's
+    query input alone. ``[sender]``, averaged over prompts, or ``[sender, prompt]`` with
+    ``per_prompt`` (for intervals)."""
     split = any(r.endswith((".q", ".k", ".v")) for r in receivers)
     graph = Graph.of(model, split_qkv=split)
     unknown = [r for r in receivers if r not in graph.downstream] + [
@@ -467,6 +468,7 @@ def path_patching(
     ]
     if unknown:
         raise ValueError(f"no node {unknown[0]!r}; nodes are named like {graph.upstream[1]!r}")
+    corrupted = corrupted_outputs(model, counterfactual)
     columns = [graph.downstream.index(r) for r in receivers]
     reduce = (lambda x: x) if per_prompt else (lambda x: x.mean())
     base = reduce(metric(graph_forward(model, clean, split_qkv=split)[0]))
@@ -484,16 +486,22 @@ def path_patching(
 def circuit_metric(
     model: Transformer,
     clean: Tensor,
-    corrupted: Tensor,
+    counterfactual: Tensor,
     metric: Metric,
     kept: Tensor,
     per_prompt: bool = False,
 ) -> float | Tensor:
     """The metric when only the ``kept`` edges (bool ``[upstream, downstream]``) read the clean
-    run and every other edge is corrupted: its mean over prompts, or ``[prompt]`` with
-    ``per_prompt``."""
-    values = metric(graph_forward(model, clean, kept.float(), corrupted)[0])
-    return values.cpu() if per_prompt else values.mean().item()
+    run and every other edge carries its value on the ``counterfactual`` prompts: its mean over
+    prompts, or ``[prompt]`` with ``per_prompt``. A stack of circuits ``[circuit, upstream,
+    downstream]`` gives ``[circuit]`` (or ``[circuit, prompt]``), sharing one counterfactual
+    pass."""
+    corrupted = corrupted_outputs(model, counterfactual)
+    circuits = kept.reshape(-1, *kept.shape[-2:]).float()
+    values = torch.stack([metric(graph_forward(model, clean, c, corrupted)[0]) for c in circuits])
+    values = values.reshape(*kept.shape[:-2], -1)  # [(circuit,) prompt]
+    values = values.cpu() if per_prompt else values.mean(-1)
+    return values.item() if values.dim() == 0 else values
 
 
 @torch.no_grad()

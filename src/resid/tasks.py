@@ -256,9 +256,9 @@ def target_readout(
 
 def score_plans(
     model: Transformer, tasks: list[Task], plans: list[Plan], batch_rows: int = 64, progress: bool = False,
-    by_item: bool = False,
+    per_item: bool = False,
 ) -> list[dict]:  # fmt: skip
-    """``[{task name: score} for each plan]``; with ``by_item``, ``{task name: item values}``
+    """``[{task name: score} for each plan]``; with ``per_item``, ``{task name: item values}``
     (``Task.item_values``: what ``resampled_scores`` bootstraps).
 
     Every batch of rows runs all plans with their shared prefixes computed once, and tasks
@@ -281,11 +281,8 @@ def score_plans(
         for start in range(0, len(tokens), batch_rows):
             inside = (rows >= start) & (rows < start + batch_rows)
             readout = target_readout(model, rows[inside] - start, positions[inside], targets[inside])
-            for (logprobs, hits), (logprob, hit) in zip(
-                per_plan,
-                run_plans(model, tokens[start : start + batch_rows], plans, readout=readout),
-                strict=True,
-            ):
+            outputs = run_plans(model, tokens[start : start + batch_rows], plans, readout=readout)
+            for (logprobs, hits), (logprob, hit) in zip(per_plan, outputs, strict=True):
                 logprobs.append(logprob)
                 hits.append(hit)
         restore = torch.argsort(order).to(device)
@@ -295,7 +292,7 @@ def score_plans(
             hit_parts = torch.cat(hits)[restore].split(sizes)
             for task, logprob, hit in zip(group, logprob_parts, hit_parts, strict=True):
                 values = task.item_values(logprob.cpu(), hit.cpu())
-                result[task.name] = values if by_item else task.score_items(values)
+                result[task.name] = values if per_item else task.score_items(values)
     return results
 
 
