@@ -555,7 +555,15 @@ claims.table(claim_rows).style.hide(axis="index")
 # %%
 verdicts = {row["id"]: row["verdict"] for row in claim_rows}
 estimates = {row["id"]: row["estimate"] for row in claim_rows}
+intervals = {row["id"]: row["interval"] for row in claim_rows}
 ig_error = convergence["relative error"].iloc[-1]
+share_above_interval = (
+    " Its estimate lies above its bootstrap interval: resampling the prompts adds noise to every head's "
+    "mean, which raises the |mean| of the many heads near zero and so the share's denominator; resampled "
+    "shares are biased low, so the interval, and the verdict read from its lower end, are conservative."
+    if estimates["few_heads_carry_direct_effect"] > intervals["few_heads_carry_direct_effect"][1]
+    else ""
+)
 display(Markdown(
     f"- Integrated gradients' completeness error on SmolLM2 is {ig_error:.0%} at {ig_convergence_steps[-1]} "
     f"steps, where the score jumps by up to {largest_jump:.1f} logits within 0.5% of the path; completeness "
@@ -569,7 +577,7 @@ display(Markdown(
     f"({verdicts['contrastive_isolates_names']}).\n"
     f"- Ten of {int(head_labels.sum())} heads carry {estimates['few_heads_carry_direct_effect']:.0%} of the "
     f"heads' direct effect on the logit difference ({verdicts['few_heads_carry_direct_effect']}): the "
-    "candidates the patching chapter tests causally.\n"
+    f"candidates the patching chapter tests causally.{share_above_interval}\n"
     f"- The capital is the logit lens's top-1 for half the prompts from boundary {first_top1} of "
     f"{model.cfg.n_layers} ({verdicts['logit_lens_late']} against 'only in later layers')."
 ))  # fmt: skip

@@ -213,12 +213,12 @@ def test_direct_logit_attributions_sum_to_the_logit(model):
     lens = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]))
     assert len(lens) == model.cfg.n_layers + 1
     # the last boundary read through the lens is the model's own output
-    by_prompt = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]), per_prompt=True)
-    assert len(by_prompt) == 3 * len(lens)
-    means = by_prompt.groupby("layer").mean().drop(columns="prompt").reset_index()
+    per_prompt = attribution.logit_lens(model, tokens, torch.tensor([1, 2, 3]), per_prompt=True)
+    assert len(per_prompt) == 3 * len(lens)
+    means = per_prompt.groupby("layer").mean().drop(columns="prompt").reset_index()
     pd.testing.assert_frame_equal(means, lens)
     top1 = (model(tokens)[:, -1].argmax(-1) == torch.tensor([1, 2, 3])).float()
-    assert by_prompt[by_prompt.layer == model.cfg.n_layers]["top-1 accuracy"].tolist() == top1.tolist()
+    assert per_prompt[per_prompt.layer == model.cfg.n_layers]["top-1 accuracy"].tolist() == top1.tolist()
 
 
 def test_eap_equals_exact_patching_where_the_metric_is_linear_in_the_edge():

@@ -500,7 +500,7 @@ def circuit_metric(
     circuits = kept.reshape(-1, *kept.shape[-2:]).float()
     values = torch.stack([metric(graph_forward(model, clean, c, corrupted)[0]) for c in circuits])
     values = values.reshape(*kept.shape[:-2], -1)  # [(circuit,) prompt]
-    values = values.cpu() if per_prompt else values.mean(-1)
+    values = (values if per_prompt else values.mean(-1)).cpu()
     return values.item() if values.dim() == 0 else values
 
 
