@@ -83,6 +83,26 @@ def test_score_plans_matches_a_direct_computation(decoder):
     assert scores[0]["double"] == pytest.approx(packed.score(torch.zeros(len(hits)), hits))
 
 
+def test_score_plans_gives_each_task_kind_what_a_full_forward_pass_gives(decoder):
+    """The readout computes only what each target's task scores (a hit or a log-probability)."""
+    examples = [(f"{a}*2=", str(2 * a)) for a in (11, 12, 13)]
+    items = [(f"{a}*2=", str(2 * a)) for a in range(20)]
+    packed = tasks.packed_task("double", tasks.STEPWISE, "", 0.1, examples, items, TOKENIZER, per_row=4)
+    text = "\n\n".join(
+        f"Sentence number {i} talks about a topic at some length and in quite some careful detail."
+        for i in range(40)
+    )
+    choice = tasks.continuation_task(text, TOKENIZER, n_items=5, n_options=3, context=10, continuation=4)
+    variants = [plans.identity(4), plans.skip(4, 1, 2), plans.parallel(4, 1, 2, loops=2)]
+    values = tasks.score_plans(decoder, [packed, choice], variants, batch_rows=4, per_item=True)
+    for plan, value in zip(variants, values, strict=True):
+        for task in (packed, choice):
+            logits = plans.run_plan(decoder, task.tokens, plan)[task.rows, task.positions]
+            logprob = F.log_softmax(logits, -1).gather(-1, task.targets[:, None]).squeeze(-1)
+            expected = task.item_values(logprob, logits.argmax(-1) == task.targets)
+            assert torch.equal(value[task.name], expected)
+
+
 def test_item_values_bootstrap_into_paired_scores(decoder):
     windows = torch.randint(0, 256, (4, 40), generator=torch.Generator().manual_seed(1))
     loss = tasks.perplexity_task(windows, 256)

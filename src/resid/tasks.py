@@ -239,17 +239,28 @@ def decoder_suite(model: Transformer, n_items: int = 200, n_windows: int = 16, s
 
 
 def target_readout(
-    model: Transformer, rows: Tensor, positions: Tensor, targets: Tensor
+    model: Transformer, rows: Tensor, positions: Tensor, targets: Tensor, exact: Tensor
 ) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
     """From the final residual to each target's log-probability and whether it is the argmax.
 
-    Only the target positions go through the unembedding, a large part of a small LM's cost.
+    Only the target positions go through the unembedding, a large part of a small LM's cost, and
+    each target gets only what its task scores: whether it is the argmax where ``exact``
+    (log-probability NaN), its log-probability elsewhere (hit False): on a CPU the log-softmax
+    over the vocabulary and the argmax each cost about half as much as the unembedding.
     """
+    scored = ~exact
 
     def readout(final_resid: Tensor) -> tuple[Tensor, Tensor]:
-        logits = model.to_logits(final_resid[rows, positions]).float()
-        logprob = F.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
-        return logprob, logits.argmax(-1) == targets
+        logprob = torch.full(targets.shape, math.nan, device=targets.device)
+        hit = torch.zeros(targets.shape, dtype=torch.bool, device=targets.device)
+        if scored.any():
+            logits = model.to_logits(final_resid[rows[scored], positions[scored]]).float()
+            logprob[scored] = F.log_softmax(logits, -1).gather(-1, targets[scored, None]).squeeze(-1)
+        if exact.any():
+            logits = model.to_logits(final_resid[rows[exact], positions[exact]])
+            # max's index is argmax's (the first maximum), and in bf16 on a CPU 4x faster
+            hit[exact] = logits.max(-1).indices == targets[exact]
+        return logprob, hit
 
     return readout
 
@@ -275,12 +286,15 @@ def score_plans(
         rows, positions, targets = (
             torch.cat([getattr(t, f) for t in group]) for f in ("rows", "positions", "targets")
         )
+        exact = torch.cat([torch.full((len(t.rows),), t.kind == "exact") for t in group])
         order = torch.argsort(rows, stable=True)  # batches of rows then hold contiguous targets
-        rows, positions, targets = (a[order].to(device) for a in (rows, positions, targets))
+        rows, positions, targets, exact = (a[order].to(device) for a in (rows, positions, targets, exact))
         per_plan: list[tuple[list, list]] = [([], []) for _ in plans]
         for start in range(0, len(tokens), batch_rows):
             inside = (rows >= start) & (rows < start + batch_rows)
-            readout = target_readout(model, rows[inside] - start, positions[inside], targets[inside])
+            readout = target_readout(
+                model, rows[inside] - start, positions[inside], targets[inside], exact[inside]
+            )
             outputs = run_plans(model, tokens[start : start + batch_rows], plans, readout=readout)
             for (logprobs, hits), (logprob, hit) in zip(per_plan, outputs, strict=True):
                 logprobs.append(logprob)
