@@ -31,17 +31,13 @@ def main(n_prompts: int = 8, n_edges: int = 40) -> None:
     ioi = behaviours.ioi_prompts(model.tokenizer, 24)
     clean, counter = ioi.tokens[:n_prompts], ioi.counterfactual[:n_prompts]
     metric = patching.LogitDiff(ioi.answers[:n_prompts], ioi.foils[:n_prompts])
-    z_names = [f"blocks.{i}.attn.hook_z" for i in range(model.cfg.n_layers)]
-    r_names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
-    z_values = patching.interventions(model, clean, counter, z_names)["resample"]
-    r_values = patching.interventions(model, clean, counter, r_names)["resample"]
-    patching.patch_heads(model, clean, z_values, metric)  # warm-up
+    patching.patch_heads(model, clean, counter, metric)  # warm-up
 
-    naive_heads_s, naive_heads = timed(patching.patch_heads_naive, model, clean, z_values, metric)
-    batched_heads_s, batched_heads = timed(patching.patch_heads, model, clean, z_values, metric)
+    naive_heads_s, naive_heads = timed(patching.patch_heads_naive, model, clean, counter, metric)
+    batched_heads_s, batched_heads = timed(patching.patch_heads, model, clean, counter, metric)
     assert torch.allclose(naive_heads, batched_heads, atol=1e-3), "the two head sweeps disagree"
-    naive_resid_s, naive_resid = timed(patching.patch_residual_naive, model, clean, r_values, metric)
-    batched_resid_s, batched_resid = timed(patching.patch_residual, model, clean, r_values, metric)
+    naive_resid_s, naive_resid = timed(patching.patch_residual_naive, model, clean, counter, metric)
+    batched_resid_s, batched_resid = timed(patching.patch_residual, model, clean, counter, metric)
     assert torch.allclose(naive_resid, batched_resid, atol=1e-3), "the two residual sweeps disagree"
 
     graph = patching.Graph.of(model)

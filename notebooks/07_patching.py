@@ -107,9 +107,7 @@ print("positions:", " | ".join(labels))
 
 # %%
 t0 = time.time()
-resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
-resid_values = patching.interventions(model, clean, counterfactual, resid_names, seed=seed)["resample"]
-resid_by_prompt = patching.patch_residual(model, clean, resid_values, logit_diff, per_prompt=True)
+resid_by_prompt = patching.patch_residual(model, clean, counterfactual, logit_diff, per_prompt=True)
 resid_seconds = time.time() - t0
 # the fraction left, with a 95% bootstrap interval over prompts for every cell
 recovered, recovered_low, recovered_high = stats.ratio_bootstrap(
@@ -175,16 +173,16 @@ print(f"layer 0: nothing lost where the prompts agree; {lost[differs].sum().item
 # one forward pass per head).
 
 # %%
-z_names = [f"blocks.{i}.attn.hook_z" for i in range(model.cfg.n_layers)]
-values = patching.interventions(model, clean, counterfactual, z_names, seed=seed)
 effects, effects_by_prompt, seconds = {}, {}, {}
-for kind in ("zero", "mean", "resample", "noise"):
+for kind in patching.INTERVENTIONS:  # zero, mean, resample, noise
     t0 = time.time()
     both = patching.patch_heads(
         model,
         clean,
-        values[kind],
+        counterfactual,
         lambda logits: torch.stack([logit_diff(logits), kl(logits)], -1),
+        kind,
+        seed=seed,
         per_prompt=True,
     )  # [layer, head, prompt, metric]
     effects_by_prompt[kind] = both[..., 0] - clean_by_prompt  # Δ logit difference, per prompt
@@ -197,7 +195,7 @@ for kind in ("zero", "mean", "resample", "noise"):
 # %% tags=["plot"]
 # one row per intervention, its two metrics side by side: legible at the book's text width
 fig, axes = plt.subplots(4, 2, figsize=(10, 20), sharey=True)
-for row, kind in enumerate(("zero", "mean", "resample", "noise")):
+for row, kind in enumerate(patching.INTERVENTIONS):
     for col, metric in enumerate(("logit difference", "KL")):
         grid = effects[(kind, metric)].numpy()
         limit = np.abs(grid).max()
@@ -225,7 +223,7 @@ def top_heads(grid: torch.Tensor, k: int = 10, largest_drop: bool = True) -> lis
     return [str(Head(*divmod(i, model.cfg.n_heads))) for i in order.tolist()]
 
 
-kinds = ["zero", "mean", "resample", "noise"]
+kinds = list(patching.INTERVENTIONS)
 tops = {kind: top_heads(effects[(kind, "logit difference")]) for kind in kinds}
 display(pd.DataFrame(tops))
 flat = pd.DataFrame({kind: effects[(kind, "logit difference")].flatten().numpy() for kind in kinds})
@@ -275,20 +273,22 @@ display(pd.DataFrame(head_rows).style.hide(axis="index"))
 #
 # Resample-patch the head whose resampling hurts most, with a hook of your own: in
 # `model.hooks([(f"blocks.{L}.attn.hook_z", fn)])`, `fn(z, hook)` returns `z` with head `H`'s
-# slice replaced by the counterfactual's (`values["resample"][name]`). Compare the change of the
-# logit difference with the map. Then the sanity check every patching pipeline needs:
-# **predict** what `patching.patch_heads` returns when each head is "patched" with its own clean
-# value, and check it on four prompts.
+# slice replaced by the counterfactual's (from `model.run_with_cache(counterfactual, [name])`).
+# Compare the change of the logit difference with the map. Then the sanity check every patching
+# pipeline needs: **predict** what `patching.patch_heads` returns when each head is "patched"
+# with its own clean value (the clean prompts as their own counterfactual), and check it on
+# four prompts.
 
 # %% tags=["hide-cell", "solution"]
 worst = int(effects[("resample", "logit difference")].flatten().argmin())
 layer, head = divmod(worst, model.cfg.n_heads)
 name = f"blocks.{layer}.attn.hook_z"
+_, counterfactual_cache = model.run_with_cache(counterfactual, [name])
 
 
 def resample_one_head(z: torch.Tensor, hook) -> torch.Tensor:
     z = z.clone()
-    z[:, :, head] = values["resample"][name][:, :, head]
+    z[:, :, head] = counterfactual_cache[name][:, :, head]
     return z
 
 
@@ -296,8 +296,7 @@ with torch.no_grad():
     by_hand = logit_diff(model.run_with_hooks(clean, [(name, resample_one_head)])[:, -1]).mean().item()
 from_map = effects[("resample", "logit difference")][layer, head].item()
 few = slice(0, 4)
-_, clean_cache = model.run_with_cache(clean[few], z_names)
-unchanged = patching.patch_heads(model, clean[few], clean_cache, patching.LogitDiff(answers[few], foils[few]))
+unchanged = patching.patch_heads(model, clean[few], clean[few], patching.LogitDiff(answers[few], foils[few]))
 with torch.no_grad():
     reference = patching.LogitDiff(answers[few], foils[few])(model(clean[few])[:, -1]).mean().item()
 check_rows += [

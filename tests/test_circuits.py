@@ -94,12 +94,23 @@ def test_patching_the_clean_activation_changes_nothing(model):
     clean_value = metric(model(tokens)[:, -1]).mean()
     names = [f"blocks.{i}.attn.hook_z" for i in range(2)] + [f"blocks.{i}.hook_resid_pre" for i in range(2)]
     _, cache = model.run_with_cache(tokens, names)
-    torch.testing.assert_close(
-        patching.patch_heads(model, tokens, cache, metric), clean_value.expand(2, 4).float()
-    )
-    torch.testing.assert_close(
-        patching.patch_residual(model, tokens, cache, metric), clean_value.expand(2, 8).float()
-    )
+    for patched_in in (tokens, cache):  # the clean prompts as counterfactual, or their cache
+        torch.testing.assert_close(
+            patching.patch_heads(model, tokens, patched_in, metric), clean_value.expand(2, 4).float()
+        )
+        torch.testing.assert_close(
+            patching.patch_residual(model, tokens, patched_in, metric), clean_value.expand(2, 8).float()
+        )
+
+
+def test_sweeps_name_a_bad_intervention_or_a_missing_activation_before_they_run(model):
+    tokens, metric = prompts(0), patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    with pytest.raises(ValueError, match="no intervention 'ablate'"):
+        patching.patch_heads(model, tokens, prompts(1), metric, "ablate")
+    with pytest.raises(ValueError, match="have no 'blocks.0.hook_resid_pre'"):
+        patching.patch_residual(model, tokens, {}, metric)
+    with pytest.raises(ValueError, match="counterfactual"):
+        patching.patch_residual(model, tokens, prompts(1)[:, :5], metric)
 
 
 def test_patching_every_position_with_the_corrupted_run_gives_the_corrupted_logits(model):
@@ -109,12 +120,7 @@ def test_patching_every_position_with_the_corrupted_run_gives_the_corrupted_logi
     torch.testing.assert_close(patched, model(corrupt))
     # and the batched sweep's single-position patches agree with one-at-a-time hooks
     metric = patching.KLFromReference(model(clean)[:, -1])
-    sweep = patching.patch_residual(
-        model,
-        clean,
-        {f"blocks.{i}.hook_resid_pre": cache["blocks.1.hook_resid_pre"] for i in range(2)},
-        metric,
-    )
+    sweep = patching.patch_residual(model, clean, corrupt, metric)
 
     def at_position(x, hook, p=3):
         x = x.clone()
@@ -130,10 +136,12 @@ def test_batched_head_patching_matches_one_forward_per_head(model):
     metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
     names = [f"blocks.{i}.attn.hook_z" for i in range(2)]
     values = patching.interventions(model, clean, corrupt, names)
-    for kind in ("zero", "resample", "noise"):
-        batched = patching.patch_heads(model, clean, values[kind], metric, chunk=5)
-        naive = patching.patch_heads_naive(model, clean, values[kind], metric)
+    for kind in patching.INTERVENTIONS:
+        batched = patching.patch_heads(model, clean, corrupt, metric, kind, chunk=5)
+        naive = patching.patch_heads_naive(model, clean, corrupt, metric, kind)
         torch.testing.assert_close(batched, naive)
+        # the values built inside the sweep are the ones interventions() shows
+        torch.testing.assert_close(patching.patch_heads(model, clean, values[kind], metric, chunk=5), batched)
         assert not torch.allclose(batched, batched[0, 0])  # heads differ: the test can fail
 
 
@@ -141,18 +149,11 @@ def test_per_prompt_sweeps_average_to_the_mean_sweeps_and_match_a_prompt_run_alo
     clean, corrupt = prompts(0), prompts(1)
     answers, foils = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
     metric = patching.LogitDiff(answers, foils)
-    names = [f"blocks.{i}.attn.hook_z" for i in range(2)] + [f"blocks.{i}.hook_resid_pre" for i in range(2)]
-    values = patching.interventions(model, clean, corrupt, names)["resample"]
     for sweep in (patching.patch_heads, patching.patch_residual):
-        per_prompt = sweep(model, clean, values, metric, per_prompt=True)
+        per_prompt = sweep(model, clean, corrupt, metric, per_prompt=True)
         assert per_prompt.shape[-1] == 3
-        torch.testing.assert_close(per_prompt.mean(-1), sweep(model, clean, values, metric))
-        alone = sweep(
-            model,
-            clean[1:2],
-            {k: v[1:2] for k, v in values.items()},
-            patching.LogitDiff(answers[1:2], foils[1:2]),
-        )
+        torch.testing.assert_close(per_prompt.mean(-1), sweep(model, clean, corrupt, metric))
+        alone = sweep(model, clean[1:2], corrupt[1:2], patching.LogitDiff(answers[1:2], foils[1:2]))
         torch.testing.assert_close(per_prompt[..., 1], alone)
     graph = patching.Graph.of(model)
     edges = [tuple(e) for e in graph.allowed.nonzero()[:3].tolist()]
@@ -406,12 +407,10 @@ def test_ov_write_is_what_a_head_writes_when_it_attends_to_one_position(model):
 def test_residual_patching_from_each_position_equals_one_forward_per_patch(cfg):
     model = random_model(cfg)
     clean, corrupt = prompts(0), prompts(1)
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
-    values = patching.interventions(model, clean, corrupt, names)["resample"]
     metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
-    naive = patching.patch_residual_naive(model, clean, values, metric)
+    naive = patching.patch_residual_naive(model, clean, corrupt, metric)
     for per_pass in (1, 3):
-        fast = patching.patch_residual(model, clean, values, metric, positions_per_pass=per_pass)
+        fast = patching.patch_residual(model, clean, corrupt, metric, positions_per_pass=per_pass)
         torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(naive, naive[0, 0])  # patches differ: the test can fail
 
@@ -429,10 +428,10 @@ def test_sweeps_with_a_counterfactual_that_differs_late_match_one_forward_per_pa
     values = patching.interventions(model, clean, corrupt, z_names + r_names)["resample"]
     assert torch.equal(values[r_names[1]][:, :5], model.run_with_cache(clean, r_names)[1][r_names[1]][:, :5])
     metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
-    naive = patching.patch_residual_naive(model, clean, values, metric)
-    fast = patching.patch_residual(model, clean, values, metric)
+    naive = patching.patch_residual_naive(model, clean, corrupt, metric)
+    fast = patching.patch_residual(model, clean, corrupt, metric)
     torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(naive[:, 5:], naive[0, 0])  # late patches differ: the test can fail
-    heads = patching.patch_heads(model, clean, values, metric, chunk=5)
-    naive_heads = patching.patch_heads_naive(model, clean, values, metric)
+    heads = patching.patch_heads(model, clean, corrupt, metric, chunk=5)
+    naive_heads = patching.patch_heads_naive(model, clean, corrupt, metric)
     torch.testing.assert_close(heads, naive_heads, rtol=1e-5, atol=1e-6)

@@ -6,6 +6,10 @@ activation from one counterfactual prompt (resample), or from the prompt with no
 embeddings. The sweeps here batch every patch of a layer into one forward pass that starts from
 the cached residual stream at that layer, rather than running one full forward per patch.
 
+Every sweep, here and in the edge view below, takes ``(model, clean, counterfactual, metric,
+…)``: the clean prompts, the counterfactual prompts (``[batch, pos]`` tokens, paired with the
+clean ones), and a metric of the last position's logits (``metrics.py``).
+
 The edge view (section 3.2.3) treats the model as a graph: upstream nodes (the embedding,
 every head, every MLP) write into the residual stream, downstream nodes (every head's input,
 every MLP's input, the logits) read the sum of what was written before them. An edge can be
@@ -17,7 +21,7 @@ respect to every edge's keep-weight at once; ACDC prunes edges one at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +45,9 @@ def _run_from(model: Transformer, x: Tensor, layer: int) -> Tensor:
     return model.to_logits(x[:, -1])
 
 
+INTERVENTIONS = ("zero", "mean", "resample", "noise")
+
+
 def interventions(
     model: Transformer,
     clean: Tensor,
@@ -48,6 +55,7 @@ def interventions(
     names: list[str],
     noise_scale: float = 3.0,
     seed: int = 0,
+    kinds: tuple[str, ...] = INTERVENTIONS,
 ) -> dict[str, dict[str, Tensor]]:
     """The replacement value of each named activation under each intervention:
     ``{"zero" | "mean" | "resample" | "noise": {name: tensor shaped like the clean one}}``.
@@ -55,24 +63,52 @@ def interventions(
     mean: the average over the counterfactual prompts at each position; resample: the paired
     counterfactual prompt's activation; noise: the clean prompt with Gaussian noise of
     ``noise_scale`` times the embeddings' standard deviation added to every input embedding
-    (the corruption of Meng et al.'s causal tracing).
+    (the corruption of Meng et al.'s causal tracing). ``kinds`` computes only those.
     """
+    unknown = [k for k in kinds if k not in INTERVENTIONS]
+    if unknown:
+        raise ValueError(f"no intervention {unknown[0]!r}; choose from {', '.join(INTERVENTIONS)}")
+    if clean.shape != counterfactual.shape:
+        shapes = f"clean {tuple(clean.shape)}, counterfactual {tuple(counterfactual.shape)}"
+        raise ValueError(f"the counterfactual prompts must pair with the clean ones: {shapes}")
+    values: dict[str, dict[str, Tensor]] = {}
     with torch.no_grad():
-        _, cache_clean = model.run_with_cache(clean, names)
-        _, cache_counter = model.run_with_cache(counterfactual, names)
-        embeddings = model.embed_tokens(clean)
-        generator = torch.Generator().manual_seed(seed)
-        noise = (
-            torch.randn(embeddings.shape, generator=generator).to(embeddings) * embeddings.std() * noise_scale
-        )
-        with model.hooks([("hook_embed", lambda x, hook: x + noise)]):
-            _, cache_noise = model.run_with_cache(clean, names)
-    return {
-        "zero": {n: torch.zeros_like(cache_clean[n]) for n in names},
-        "mean": {n: cache_counter[n].mean(0, keepdim=True).expand_as(cache_clean[n]) for n in names},
-        "resample": {n: cache_counter[n] for n in names},
-        "noise": {n: cache_noise[n] for n in names},
-    }
+        _, counter = model.run_with_cache(counterfactual, names)
+        if "zero" in kinds:
+            values["zero"] = {n: torch.zeros_like(counter[n]) for n in names}
+        if "mean" in kinds:
+            values["mean"] = {n: counter[n].mean(0, keepdim=True).expand_as(counter[n]) for n in names}
+        if "resample" in kinds:
+            values["resample"] = {n: counter[n] for n in names}
+        if "noise" in kinds:
+            embeddings = model.embed_tokens(clean)
+            generator = torch.Generator().manual_seed(seed)
+            noise = torch.randn(embeddings.shape, generator=generator).to(embeddings)
+            noise = noise * embeddings.std() * noise_scale
+            with model.hooks([("hook_embed", lambda x, hook: x + noise)]):
+                values["noise"] = dict(model.run_with_cache(clean, names)[1])
+    return values
+
+
+def replacement_values(
+    model: Transformer,
+    clean: Tensor,
+    counterfactual: Tensor | Mapping[str, Tensor],
+    names: list[str],
+    intervention: str,
+    noise_scale: float,
+    seed: int,
+) -> Mapping[str, Tensor]:
+    """What a sweep patches in: the ``intervention``'s values built from the counterfactual
+    prompts, or, given activations (a cache), those as they are (as TransformerLens's patching
+    functions take a cache)."""
+    if isinstance(counterfactual, Tensor):
+        built = interventions(model, clean, counterfactual, names, noise_scale, seed, (intervention,))
+        return built[intervention]
+    missing = [n for n in names if n not in counterfactual]
+    if missing:
+        raise ValueError(f"the activations to patch in have no {missing[0]!r}")
+    return counterfactual
 
 
 def _clean_run(model: Transformer, tokens: Tensor, names: list[str]) -> tuple[Tensor, dict, bool]:
@@ -105,9 +141,13 @@ def _unchanged(replacement: Tensor, clean: Tensor) -> Tensor:
 @torch.no_grad()
 def patch_residual(
     model: Transformer,
-    tokens: Tensor,
-    replacements: dict[str, Tensor],
+    clean: Tensor,
+    counterfactual: Tensor | Mapping[str, Tensor],
     metric: Metric,
+    intervention: str = "resample",
+    *,
+    noise_scale: float = 3.0,
+    seed: int = 0,
     chunk: int = 512,
     positions_per_pass: int = 2,
     per_prompt: bool = False,
@@ -116,17 +156,20 @@ def patch_residual(
     (``[layer, position, k]`` for a metric that returns k values), averaged over prompts, or
     ``[layer, position, prompt(, k)]`` with ``per_prompt`` (for intervals over prompts).
 
-    ``replacements[f"blocks.{l}.hook_resid_pre"]`` holds the values (``[batch, pos, d_model]``).
-    Patches run batched from their layer on. A patch whose replacement is the clean value in
-    every prompt changes nothing and is not run: its cell is the clean metric. In a causal model
-    a patch at position p cannot change the positions before it, so those keep the clean run's
-    keys and values and only the positions from p on are recomputed (``positions_per_pass``
-    neighbouring positions share one batch, which starts at the first of them).
+    The values patched in are the ``intervention``'s (``interventions``: zero, mean, resample or
+    noise) built from the ``counterfactual`` prompts, or, given a cache of activations, its
+    ``blocks.{l}.hook_resid_pre`` (``[batch, pos, d_model]``). Patches run batched from their
+    layer on. A patch whose replacement is the clean value in every prompt changes nothing and
+    is not run: its cell is the clean metric. In a causal model a patch at position p cannot
+    change the positions before it, so those keep the clean run's keys and values and only the
+    positions from p on are recomputed (``positions_per_pass`` neighbouring positions share one
+    batch, which starts at the first of them).
     """
     cfg = model.cfg
     names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
-    logits, cache, suffix = _clean_run(model, tokens, names)
-    batch, n_pos = tokens.shape
+    replacements = replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
+    logits, cache, suffix = _clean_run(model, clean, names)
+    batch, n_pos = clean.shape
     reduce = (lambda x: x) if per_prompt else (lambda x: x.mean(1))
     unpatched = reduce(metric(logits[:, -1]).unsqueeze(0))[0]  # the clean metric, for no-op patches
     result = []
@@ -173,15 +216,20 @@ def _run_suffix(model: Transformer, x: Tensor, layer: int, start: int, prefix: d
 @torch.no_grad()
 def patch_heads(
     model: Transformer,
-    tokens: Tensor,
-    replacements: dict[str, Tensor],
+    clean: Tensor,
+    counterfactual: Tensor | Mapping[str, Tensor],
     metric: Metric,
+    intervention: str = "resample",
+    *,
+    noise_scale: float = 3.0,
+    seed: int = 0,
     chunk: int = 512,
     per_prompt: bool = False,
 ) -> Tensor:
     """Patch one head's output (its ``hook_z``, at every position) at a time: ``[layer, head]``,
     the metric averaged over prompts, or ``[layer, head, prompt]`` with ``per_prompt``; every
-    head of a layer in one batched pass from that layer.
+    head of a layer in one batched pass from that layer. The values patched in are as in
+    ``patch_residual``, at ``blocks.{l}.attn.hook_z``.
 
     Where a layer's replacements are the clean values at the first positions of every prompt
     (a counterfactual that differs from the clean prompt only from some token on), a causal
@@ -189,15 +237,16 @@ def patch_heads(
     cfg = model.cfg
     resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
     z_names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
-    logits, cache, suffix = _clean_run(model, tokens, resid_names + z_names)
+    replacements = replacement_values(model, clean, counterfactual, z_names, intervention, noise_scale, seed)
+    logits, cache, suffix = _clean_run(model, clean, resid_names + z_names)
     unpatched = metric(logits[:, -1])  # [batch(, k)]
-    batch = tokens.shape[0]
+    batch, n_pos = clean.shape
     result = []
     for layer in progress.steps(range(cfg.n_layers), "head patching, by layer"):
         source = replacements[z_names[layer]]  # [batch, pos, head, d_head]
         same = _unchanged(source, cache[z_names[layer]])
         start = int(same.int().cumprod(0).sum()) if suffix else 0  # leading positions no patch changes
-        if start == tokens.shape[1]:
+        if start == n_pos:
             per_head = unpatched.unsqueeze(0).repeat(cfg.n_heads, *[1] * unpatched.dim())
             result.append(per_head if per_prompt else per_head.mean(1))
             continue
@@ -235,37 +284,54 @@ def _batched(run: Callable, x: Tensor, chunk: int, pass_offset: bool = False) ->
 
 @torch.no_grad()
 def patch_heads_naive(
-    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric
+    model: Transformer,
+    clean: Tensor,
+    counterfactual: Tensor | Mapping[str, Tensor],
+    metric: Metric,
+    intervention: str = "resample",
+    *,
+    noise_scale: float = 3.0,
+    seed: int = 0,
 ) -> Tensor:
     """The same sweep as ``patch_heads``, one full forward pass per head: the reference the
     benchmark measures the batched version against."""
     cfg = model.cfg
+    names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
+    replacements = replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
     result = torch.zeros(cfg.n_layers, cfg.n_heads)
     for layer in range(cfg.n_layers):
         source = {layer: replacements[f"blocks.{layer}.attn.hook_z"]}
         for head in range(cfg.n_heads):
-            logits = model.run_with_hooks(tokens, hooks.replace_heads([(layer, head)], source))[:, -1]
+            logits = model.run_with_hooks(clean, hooks.replace_heads([(layer, head)], source))[:, -1]
             result[layer, head] = metric(logits).mean()
     return result
 
 
 @torch.no_grad()
 def patch_residual_naive(
-    model: Transformer, tokens: Tensor, replacements: dict[str, Tensor], metric: Metric
+    model: Transformer,
+    clean: Tensor,
+    counterfactual: Tensor | Mapping[str, Tensor],
+    metric: Metric,
+    intervention: str = "resample",
+    *,
+    noise_scale: float = 3.0,
+    seed: int = 0,
 ) -> Tensor:
     """The same sweep as ``patch_residual``, one full forward pass per layer and position: the
     reference the benchmark and the tests hold the batched version to."""
-    result = torch.zeros(model.cfg.n_layers, tokens.shape[1])
-    for layer in range(model.cfg.n_layers):
-        name = f"blocks.{layer}.hook_resid_pre"
-        for position in range(tokens.shape[1]):
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
+    replacements = replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
+    result = torch.zeros(model.cfg.n_layers, clean.shape[1])
+    for layer, name in enumerate(names):
+        for position in range(clean.shape[1]):
 
             def patch(x: Tensor, hook, name: str = name, position: int = position) -> Tensor:
                 x = x.clone()
                 x[:, position] = replacements[name][:, position]
                 return x
 
-            result[layer, position] = metric(model.run_with_hooks(tokens, [(name, patch)])[:, -1]).mean()
+            result[layer, position] = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]).mean()
     return result
 
 
