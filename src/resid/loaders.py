@@ -228,12 +228,15 @@ def save_converted(model: Transformer, tokenizer, target: Path, build: dict | No
 
 def load_converted(path: Path) -> Transformer:
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PretrainedConfig
 
     cfg = Config(**json.loads((path / "config.json").read_text()))
     model = Transformer(cfg)
     model.load_state_dict(load_file(path / "model.safetensors"), strict=not cfg.tie_embeddings)
-    model.tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(path), add_special_tokens=not cfg.causal)
+    # config.json here is resid's Config: an empty transformers config keeps AutoTokenizer from
+    # parsing it as one of its own (and warning about its fields on every load)
+    tokenizer = AutoTokenizer.from_pretrained(path, config=PretrainedConfig())
+    model.tokenizer = HFTokenizer(tokenizer, add_special_tokens=not cfg.causal)
     return model
 
 
