@@ -73,7 +73,8 @@ def interventions(
         raise ValueError(f"the counterfactual prompts must pair with the clean ones: {shapes}")
     values: dict[str, dict[str, Tensor]] = {}
     with torch.no_grad():
-        _, counter = model.run_with_cache(counterfactual, names)
+        if set(kinds) - {"noise"}:  # noise needs only the clean prompts
+            _, counter = model.run_with_cache(counterfactual, names)
         if "zero" in kinds:
             values["zero"] = {n: torch.zeros_like(counter[n]) for n in names}
         if "mean" in kinds:
@@ -90,7 +91,7 @@ def interventions(
     return values
 
 
-def replacement_values(
+def _replacement_values(
     model: Transformer,
     clean: Tensor,
     counterfactual: Tensor | Mapping[str, Tensor],
@@ -167,7 +168,7 @@ def patch_residual(
     """
     cfg = model.cfg
     names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
-    replacements = replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
+    replacements = _replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
     logits, cache, suffix = _clean_run(model, clean, names)
     batch, n_pos = clean.shape
     reduce = (lambda x: x) if per_prompt else (lambda x: x.mean(1))
@@ -237,7 +238,7 @@ def patch_heads(
     cfg = model.cfg
     resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
     z_names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
-    replacements = replacement_values(model, clean, counterfactual, z_names, intervention, noise_scale, seed)
+    replacements = _replacement_values(model, clean, counterfactual, z_names, intervention, noise_scale, seed)
     logits, cache, suffix = _clean_run(model, clean, resid_names + z_names)
     unpatched = metric(logits[:, -1])  # [batch(, k)]
     batch, n_pos = clean.shape
@@ -297,7 +298,7 @@ def patch_heads_naive(
     benchmark measures the batched version against."""
     cfg = model.cfg
     names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
-    replacements = replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
+    replacements = _replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
     result = torch.zeros(cfg.n_layers, cfg.n_heads)
     for layer in range(cfg.n_layers):
         source = {layer: replacements[f"blocks.{layer}.attn.hook_z"]}
@@ -321,7 +322,7 @@ def patch_residual_naive(
     """The same sweep as ``patch_residual``, one full forward pass per layer and position: the
     reference the benchmark and the tests hold the batched version to."""
     names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
-    replacements = replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
+    replacements = _replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
     result = torch.zeros(model.cfg.n_layers, clean.shape[1])
     for layer, name in enumerate(names):
         for position in range(clean.shape[1]):
