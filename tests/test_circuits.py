@@ -111,6 +111,20 @@ def test_sweeps_name_a_bad_intervention_or_a_missing_activation_before_they_run(
         patching.patch_residual(model, tokens, {}, metric)
     with pytest.raises(ValueError, match="counterfactual"):
         patching.patch_residual(model, tokens, prompts(1)[:, :5], metric)
+    with pytest.raises(ValueError, match="counterfactual"):  # a resample pairs prompt with prompt
+        patching.patch_heads(model, tokens, torch.cat([prompts(1), prompts(2)]), metric)
+
+
+def test_a_mean_ablation_may_average_over_a_larger_set(model):
+    clean, reference = prompts(0), torch.cat([prompts(1), prompts(2)])  # 3 clean, 6 reference prompts
+    metric = patching.LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    names = [f"blocks.{i}.attn.hook_z" for i in range(2)]
+    _, cache = model.run_with_cache(reference, names)
+    means = {n: cache[n].mean(0, keepdim=True).expand(3, *cache[n].shape[1:]) for n in names}
+    torch.testing.assert_close(
+        patching.patch_heads(model, clean, reference, metric, "mean"),
+        patching.patch_heads(model, clean, means, metric),
+    )
 
 
 def test_patching_every_position_with_the_corrupted_run_gives_the_corrupted_logits(model):

@@ -63,22 +63,30 @@ def interventions(
     mean: the average over the counterfactual prompts at each position; resample: the paired
     counterfactual prompt's activation; noise: the clean prompt with Gaussian noise of
     ``noise_scale`` times the embeddings' standard deviation added to every input embedding
-    (the corruption of Meng et al.'s causal tracing). ``kinds`` computes only those.
+    (the corruption of Meng et al.'s causal tracing). ``kinds`` computes only those. Zero and
+    mean accept a counterfactual set of any size (the same positions); resample needs pairs.
     """
     unknown = [k for k in kinds if k not in INTERVENTIONS]
     if unknown:
         raise ValueError(f"no intervention {unknown[0]!r}; choose from {', '.join(INTERVENTIONS)}")
-    if clean.shape != counterfactual.shape:
+    # the mean may come from a set of another size; a resample pairs prompt with prompt
+    paired = (
+        clean.shape == counterfactual.shape
+        if "resample" in kinds
+        else clean.shape[1:] == counterfactual.shape[1:]
+    )
+    if not paired:
         shapes = f"clean {tuple(clean.shape)}, counterfactual {tuple(counterfactual.shape)}"
         raise ValueError(f"the counterfactual prompts must pair with the clean ones: {shapes}")
     values: dict[str, dict[str, Tensor]] = {}
     with torch.no_grad():
         if set(kinds) - {"noise"}:  # noise needs only the clean prompts
             _, counter = model.run_with_cache(counterfactual, names)
+            shape = {n: (len(clean), *counter[n].shape[1:]) for n in names}  # the clean run's
         if "zero" in kinds:
-            values["zero"] = {n: torch.zeros_like(counter[n]) for n in names}
+            values["zero"] = {n: counter[n].new_zeros(shape[n]) for n in names}
         if "mean" in kinds:
-            values["mean"] = {n: counter[n].mean(0, keepdim=True).expand_as(counter[n]) for n in names}
+            values["mean"] = {n: counter[n].mean(0, keepdim=True).expand(shape[n]) for n in names}
         if "resample" in kinds:
             values["resample"] = {n: counter[n] for n in names}
         if "noise" in kinds:
