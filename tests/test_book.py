@@ -215,6 +215,21 @@ def test_bad_parameters_fail_at_once_with_one_line(capsys, monkeypatch):
         assert "Parameters (default [rule]): model_name=" in err  # it lists the valid ones
 
 
+def test_a_bfloat16_chapter_on_a_cpu_without_bf16_units_names_the_faster_parameter(capsys, monkeypatch):
+    monkeypatch.setattr(book, "cpu_has_bf16_units", lambda: False)
+    note = book.precision_note("painters", {})
+    assert "bfloat16" in note and 'P="dtype=float32"' in note
+    assert book.precision_note("painters", {"dtype": "float32"}) is None
+    assert book.precision_note("painters", {"device": "cuda"}) is None
+    assert book.precision_note("outliers", {}) is None  # no dtype parameter
+    monkeypatch.setattr(book, "run_chapter", lambda name, parameters: Path(f"{name}.ipynb"))
+    assert book.main(["run", "painters"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1] == f"[resid] note: {note}", printed  # before the chapter runs
+    monkeypatch.setattr(book, "cpu_has_bf16_units", lambda: True)
+    assert book.precision_note("painters", {}) is None
+
+
 def test_every_chapter_declares_its_parameters_with_a_rule():
     for name in book.chapters():
         declared = book.declared_parameters(name)

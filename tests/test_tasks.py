@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -83,8 +84,11 @@ def test_score_plans_matches_a_direct_computation(decoder):
     assert scores[0]["double"] == pytest.approx(packed.score(torch.zeros(len(hits)), hits))
 
 
-def test_score_plans_gives_each_task_kind_what_a_full_forward_pass_gives(decoder):
-    """The readout computes only what each target's task scores (a hit or a log-probability)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_score_plans_gives_each_task_kind_what_a_full_forward_pass_gives(decoder, dtype):
+    """The readout computes only what each target's task scores (a hit or a log-probability),
+    in float32 and in bfloat16 (the painters chapter's default, where ties in the argmax occur)."""
+    decoder = copy.deepcopy(decoder).to(dtype)
     examples = [(f"{a}*2=", str(2 * a)) for a in (11, 12, 13)]
     items = [(f"{a}*2=", str(2 * a)) for a in range(20)]
     packed = tasks.packed_task("double", tasks.STEPWISE, "", 0.1, examples, items, TOKENIZER, per_row=4)
@@ -98,7 +102,7 @@ def test_score_plans_gives_each_task_kind_what_a_full_forward_pass_gives(decoder
     for plan, value in zip(variants, values, strict=True):
         for task in (packed, choice):
             logits = plans.run_plan(decoder, task.tokens, plan)[task.rows, task.positions]
-            logprob = F.log_softmax(logits, -1).gather(-1, task.targets[:, None]).squeeze(-1)
+            logprob = F.log_softmax(logits.float(), -1).gather(-1, task.targets[:, None]).squeeze(-1)
             expected = task.item_values(logprob, logits.argmax(-1) == task.targets)
             assert torch.equal(value[task.name], expected)
 

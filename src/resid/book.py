@@ -119,6 +119,29 @@ def validate_parameters(name: str, given: dict, notebooks: Path = NOTEBOOKS) -> 
     return checked
 
 
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU has bf16 matrix instructions (AMX or AVX512-BF16); without them, bf16
+    matmuls run several times slower than float32 (``bench/bench_forward.py`` measures it)."""
+    import torch
+
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    found = [getattr(torch.cpu, probe, None) for probe in probes]
+    return any(probe is None or probe() for probe in found)  # a torch without the probe: no note
+
+
+def precision_note(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> str | None:
+    """A line for the terminal when a chapter is about to compute in bfloat16 on a CPU that has
+    no bf16 matrix units, naming the faster parameter; None otherwise."""
+    declared = declared_parameters(name, notebooks)
+    chosen = {key: p.default for key, p in declared.items()} | parameters
+    if chosen.get("dtype") != "bfloat16" or chosen.get("device", "cpu") != "cpu" or cpu_has_bf16_units():
+        return None
+    return (
+        f"chapter {name} computes in bfloat16, but this CPU has no bf16 matrix units (AMX, "
+        'AVX512-BF16), so float32 runs several times faster here: P="dtype=float32"'
+    )
+
+
 def _check(parameter: Parameter, value: object) -> object:
     default, shown = parameter.default, f"{parameter.name}={value!r}"
     kind = type(default)
@@ -588,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
             start = time.time()
             shown = " ".join(f"{k}={v!r}" for k, v in parameters.items()) or "defaults"
             print(f"[resid] chapter {name} ({i}/{len(runs)}, {shown}): running", flush=True)
+            note = precision_note(name, parameters)
+            if note:
+                print(f"[resid] note: {note}", flush=True)
             output = run_chapter(name, parameters)
             print(f"[resid] chapter {name}: done in {time.time() - start:.0f} s -> {output}", flush=True)
     except ChapterError as error:
