@@ -6,15 +6,19 @@ plan from the embedding on, for each task separately, through the full unembeddi
 ``score_plans`` computes each shared prefix once, shares forward passes between tasks on the
 same tokens, and unembeds only the scored positions. Tasks are shrunk (fewer items) so the
 naive side finishes in minutes; the speed-up depends on the plan list, not on the item count.
+
+It computes in the chapter's default dtype, bfloat16; on a CPU without bf16 matrix units (see
+``bench_forward.py``) that takes hours, and ``--dtype float32`` measures the same sweep there.
 """
 
+import argparse
 import time
 
 import torch
 import torch.nn.functional as F
 
 import resid
-from resid import plans, tasks
+from resid import plans, progress, tasks
 
 
 def chapter_plans(T: int, n_grid=(4, 8, 12), n_shuffles: int = 10, max_loops: int = 8) -> list:
@@ -39,7 +43,7 @@ def layer_evaluations(plan_list: list, shared: bool) -> int:
 
 
 def naive(model, suite, plan_list) -> None:
-    for plan in plan_list:
+    for plan in progress.steps(plan_list, "naive: plans", show=True):
         for task in suite:
             logits = plans.run_plan(model, task.tokens, plan).float()
             logprob = F.log_softmax(logits[task.rows, task.positions], -1)
@@ -48,21 +52,25 @@ def naive(model, suite, plan_list) -> None:
 
 
 def main() -> None:
-    model = resid.load("smollm2-135m", dtype=torch.bfloat16)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    dtype = parser.parse_args().dtype
+    model = resid.load("smollm2-135m", dtype=getattr(torch, dtype))
     T = model.cfg.n_layers
     suite = tasks.decoder_suite(model, n_items=20, n_windows=2)
     suite = [t for t in suite if t.name not in ("word problem", "two-step problem")]  # dropped in the chapter
     plan_list = chapter_plans(T)
     start = time.perf_counter()
     with torch.no_grad():
-        tasks.score_plans(model, suite, plan_list)
+        tasks.score_plans(model, suite, plan_list, progress=True)
     t_shared = time.perf_counter() - start
     start = time.perf_counter()
     with torch.no_grad():
         naive(model, suite, plan_list)
     t_naive = time.perf_counter() - start
     ratio_layers = layer_evaluations(plan_list, shared=False) / layer_evaluations(plan_list, shared=True)
-    print(f"{len(plan_list)} plans x {len(suite)} tasks ({sum(t.tokens.numel() for t in suite):,} tokens)")
+    n_tokens = sum(t.tokens.numel() for t in suite)
+    print(f"{len(plan_list)} plans x {len(suite)} tasks ({n_tokens:,} tokens), in {dtype}")
     print(f"naive recomputation: {t_naive:.1f} s (reference)")
     print(f"resid score_plans:   {t_shared:.1f} s  speed-up {t_naive / t_shared:.2f}x")
     print(f"block evaluations saved by prefix sharing alone: {ratio_layers:.2f}x")
