@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest.mock import patch
 
+from . import provenance
 from .progress import ENV as PROGRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,22 +120,13 @@ def validate_parameters(name: str, given: dict, notebooks: Path = NOTEBOOKS) -> 
     return checked
 
 
-def cpu_has_bf16_units() -> bool:
-    """Whether this CPU has bf16 matrix instructions (AMX or AVX512-BF16); without them, bf16
-    matmuls run several times slower than float32 (``bench/bench_forward.py`` measures it)."""
-    import torch
-
-    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    found = [getattr(torch.cpu, probe, None) for probe in probes]
-    return any(probe is None or probe() for probe in found)  # a torch without the probe: no note
-
-
 def precision_note(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> str | None:
     """A line for the terminal when a chapter is about to compute in bfloat16 on a CPU that has
     no bf16 matrix units, naming the faster parameter; None otherwise."""
     declared = declared_parameters(name, notebooks)
     chosen = {key: p.default for key, p in declared.items()} | parameters
-    if chosen.get("dtype") != "bfloat16" or chosen.get("device", "cpu") != "cpu" or cpu_has_bf16_units():
+    on_cpu = chosen.get("device", "cpu") == "cpu"
+    if chosen.get("dtype") != "bfloat16" or not on_cpu or provenance.cpu_has_bf16_units():
         return None
     return (
         f"chapter {name} computes in bfloat16, but this CPU has no bf16 matrix units (AMX, "
@@ -413,8 +405,6 @@ def save_results(results: dict, rerun: dict | None = None) -> None:
     from IPython.display import Markdown
     from myst_nb import glue
 
-    from . import provenance
-
     times = provenance.rerun_times(results["seconds"])
     rerun = ({"quick": True} if results.get("quick") else {}) | (rerun or {})
     command = rerun_command(results["chapter"], rerun)
@@ -512,17 +502,16 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
 
 
 def _reproducibility_note(name: str, results: dict) -> str:
-    from .provenance import duration
-
     rerun, env = results.get("rerun", {}), results.get("environment", {})
     if not rerun:
         return f"- **{name}**: executed before reproducibility was recorded; rerun it."
     approx = "≈ " if rerun.get("cold_estimated") else ""
     inputs = "; ".join(f"{k} `{v}`" for k, v in env.get("inputs", {}).items()) or "none read from disk"
+    cached, cold = (provenance.duration(rerun[k]) for k in ("cached_seconds", "cold_seconds"))
     return (
-        f"- **{name}** — `{rerun['command']}`; {duration(rerun['cached_seconds'])} cached, "
-        f"{approx}{duration(rerun['cold_seconds'])} cold. Executed {env.get('date', '?')} with Python "
-        f"{env.get('python')}, torch {env.get('torch')}, transformers {env.get('transformers')} on "
+        f"- **{name}** — `{rerun['command']}`; {cached} cached, {approx}{cold} cold. Executed "
+        f"{env.get('date', '?')} with Python {env.get('python')}, torch {env.get('torch')}, "
+        f"transformers {env.get('transformers')} on "
         f"{env.get('machine')} ({env.get('threads')} threads). Inputs: {inputs}."
     )
 
@@ -544,8 +533,6 @@ def parse_parameters(pairs: list[str]) -> dict:
 def print_status(out_dir: Path = CHAPTERS_OUT) -> list[ChapterStatus]:
     """One line per chapter: its state, when and from which package commit it was executed, and
     what re-executing it costs on the machine that executed it (cached runs, and cold)."""
-    from .provenance import duration
-
     rows = [chapter_status(name, out_dir) for name in chapters()]
     for row in rows:
         record, details = row.record or {}, []
@@ -557,8 +544,8 @@ def print_status(out_dir: Path = CHAPTERS_OUT) -> list[ChapterStatus]:
         if results.exists():
             rerun = json.loads(results.read_text()).get("rerun", {})
             approx = "≈ " if rerun.get("cold_estimated") else ""
-            details.append(f"rerun {duration(rerun.get('cached_seconds'))} cached, "
-                           f"{approx}{duration(rerun.get('cold_seconds'))} cold")  # fmt: skip
+            details.append(f"rerun {provenance.duration(rerun.get('cached_seconds'))} cached, "
+                           f"{approx}{provenance.duration(rerun.get('cold_seconds'))} cold")  # fmt: skip
         if row.package_changes:
             details.append(f"package files changed since: {', '.join(row.package_changes)}")
         print(f"{row.name:12} {row.state:8} " + "; ".join(details))

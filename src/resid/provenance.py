@@ -94,6 +94,29 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
+BF16_PROBES = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+
+
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU has bf16 matrix instructions (AMX or AVX512-BF16); without them, bf16
+    matmuls run several times slower than float32 (``bench/bench_forward.py`` measures it)."""
+    import torch
+
+    found = [getattr(torch.cpu, probe, None) for probe in BF16_PROBES]
+    return any(probe is None or probe() for probe in found)  # a torch without the probe: no note
+
+
+def cpu_features() -> str:
+    """The vector instructions torch uses here and whether bf16 has matrix units: a CPU's model
+    name ("AMD EPYC" under a hypervisor) does not tell, and bf16 timings depend on it."""
+    import torch
+
+    if not all(hasattr(torch.cpu, probe) for probe in BF16_PROBES):
+        return torch.backends.cpu.get_cpu_capability()
+    units = "bf16 units" if cpu_has_bf16_units() else "no bf16 units"
+    return f"{torch.backends.cpu.get_cpu_capability()}, {units}"
+
+
 def environment() -> dict:
     """The software and machine a chapter ran on."""
     import torch
@@ -110,7 +133,8 @@ def environment() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
+        "machine": f"{cpu} ({cpu_features()}), {os.cpu_count()} cores, {platform.system()} "
+        f"{platform.machine()}",
         "threads": torch.get_num_threads(),
         "inputs": dict(INPUTS),
     }
