@@ -217,7 +217,7 @@ def test_bad_parameters_fail_at_once_with_one_line(capsys, monkeypatch):
 
 
 def test_a_bfloat16_chapter_on_a_cpu_without_bf16_units_names_the_faster_parameter(capsys, monkeypatch):
-    monkeypatch.setattr(provenance, "cpu_has_bf16_units", lambda: False)
+    monkeypatch.setattr(provenance, "bf16_units", lambda: False)
     note = book.precision_note("painters", {})
     assert "bfloat16" in note and 'P="dtype=float32"' in note
     assert book.precision_note("painters", {"dtype": "float32"}) is None
@@ -227,14 +227,14 @@ def test_a_bfloat16_chapter_on_a_cpu_without_bf16_units_names_the_faster_paramet
     assert book.main(["run", "painters"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[1] == f"[resid] note: {note}", printed  # before the chapter runs
-    monkeypatch.setattr(provenance, "cpu_has_bf16_units", lambda: True)
+    monkeypatch.setattr(provenance, "bf16_units", lambda: True)
     assert book.precision_note("painters", {}) is None
 
 
 def test_the_recorded_machine_says_whether_it_has_bf16_units(monkeypatch):
     # a hypervisor shows a CPU as "AMD EPYC" whatever its generation; bf16 timings need more
     for has_units, words in ((False, "no bf16 units"), (True, "bf16 units")):
-        monkeypatch.setattr(provenance, "cpu_has_bf16_units", lambda has_units=has_units: has_units)
+        monkeypatch.setattr(provenance, "bf16_units", lambda has_units=has_units: has_units)
         machine = provenance.environment()["machine"]
         assert f"{torch.backends.cpu.get_cpu_capability()}, {words})" in machine, machine
 

@@ -126,8 +126,8 @@ def precision_note(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> 
     declared = declared_parameters(name, notebooks)
     chosen = {key: p.default for key, p in declared.items()} | parameters
     on_cpu = chosen.get("device", "cpu") == "cpu"
-    if chosen.get("dtype") != "bfloat16" or not on_cpu or provenance.cpu_has_bf16_units():
-        return None
+    if chosen.get("dtype") != "bfloat16" or not on_cpu or provenance.bf16_units() is not False:
+        return None  # a torch that cannot tell gives no note
     return (
         f"chapter {name} computes in bfloat16, but this CPU has no bf16 matrix units (AMX, "
         'AVX512-BF16), so float32 runs several times faster here: P="dtype=float32"'

@@ -94,16 +94,15 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-BF16_PROBES = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-
-
-def cpu_has_bf16_units() -> bool:
+def bf16_units() -> bool | None:
     """Whether this CPU has bf16 matrix instructions (AMX or AVX512-BF16); without them, bf16
-    matmuls run several times slower than float32 (``bench/bench_forward.py`` measures it)."""
+    matmuls run several times slower than float32 (``bench/bench_forward.py`` measures it).
+    None where this torch cannot tell."""
     import torch
 
-    found = [getattr(torch.cpu, probe, None) for probe in BF16_PROBES]
-    return any(probe is None or probe() for probe in found)  # a torch without the probe: no note
+    names = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    probes = [getattr(torch.cpu, name, None) for name in names]
+    return None if None in probes else any(probe() for probe in probes)
 
 
 def cpu_features() -> str:
@@ -111,10 +110,8 @@ def cpu_features() -> str:
     name ("AMD EPYC" under a hypervisor) does not tell, and bf16 timings depend on it."""
     import torch
 
-    if not all(hasattr(torch.cpu, probe) for probe in BF16_PROBES):
-        return torch.backends.cpu.get_cpu_capability()
-    units = "bf16 units" if cpu_has_bf16_units() else "no bf16 units"
-    return f"{torch.backends.cpu.get_cpu_capability()}, {units}"
+    units = {True: ", bf16 units", False: ", no bf16 units", None: ""}[bf16_units()]
+    return torch.backends.cpu.get_cpu_capability() + units
 
 
 def environment() -> dict:
