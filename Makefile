@@ -1,5 +1,6 @@
-# resid: make book [ALL=1] | make chapter CH=<name> [P="name=value ..."] | make test | make bench
+# resid: make book [ALL=1] | make chapter CH=<name> [P="name=value ..."] [RETRAIN=1] | make test | make bench
 #        make status | make handouts | make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
+#        make clean (build output only) | make restore-chapters (discards re-executed chapters and records)
 # Every target sets itself up first (a virtualenv in .venv, rebuilt only when the pins change).
 
 PYTHON_SYS ?= python3
@@ -7,7 +8,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup book chapter chapters html status handouts serve publish test lint bench clean distclean
+.PHONY: setup book chapter chapters html status handouts serve publish test lint bench clean distclean \
+	restore-chapters
 
 setup: $(STAMP)
 
@@ -24,9 +26,10 @@ $(STAMP): requirements.txt pyproject.toml
 book: setup chapters html
 
 # The executed chapters are committed: only the missing and stale ones run (ALL=1 runs every
-# one, hours on 2 cores; CHECK=1 runs none and fails if one is stale, as the Pages workflow does).
+# one; CHECK=1 runs none and fails if one is stale, as the Pages workflow does). Training runs are
+# read from their records in book/runs; RETRAIN=1 trains every one again from scratch (hours).
 chapters: setup
-	$(PY) -m resid.book $(if $(ALL),all,update $(if $(CHECK),--no-execute))
+	$(PY) -m resid.book $(if $(ALL),all $(if $(RETRAIN),--retrain),update $(if $(CHECK),--no-execute))
 
 status: setup
 	$(PY) -m resid.book status
@@ -41,9 +44,9 @@ html: setup
 	@echo "open book/_build/html/index.html"
 
 chapter: setup
-	@if [ -z "$(CH)" ]; then echo "usage: make chapter CH=<name> [P=\"quick=True seed=1\"]; chapters:"; \
+	@if [ -z "$(CH)" ]; then echo "usage: make chapter CH=<name> [P=\"quick=True seed=1\"] [RETRAIN=1]; chapters:"; \
 		$(PY) -m resid.book list; exit 2; fi
-	@$(PY) -m resid.book run $(CH) $(addprefix -p ,$(P))
+	@$(PY) -m resid.book run $(CH) $(addprefix -p ,$(P)) $(if $(RETRAIN),--retrain)
 	$(PY) -m resid.book results
 	$(VENV)/bin/jupyter-book build book
 
@@ -67,8 +70,16 @@ lint: setup
 bench: setup
 	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
+# Only what a build rebuilds: the HTML, the results page, the handouts. Never a committed file.
 clean:
-	rm -rf book/_build book/chapters
+	rm -rf book/_build book/chapters/results.md handouts
+
+# Puts back the committed executed chapters and run records, discarding local re-executions.
+restore-chapters:
+	@echo "discarding every local change to book/chapters and book/runs (re-executed chapters, new records):"
+	@git status --short -- book/chapters book/runs
+	git checkout -- book/chapters book/runs
+	git clean -fdq -- book/runs
 
 distclean: clean
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -7,6 +7,7 @@ import subprocess
 from html import unescape as html_unescape
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 import yaml
@@ -99,7 +100,7 @@ import os
 
 # %%
 record = json.loads(os.environ["RESID_EXECUTION"])
-print(n_items, record["source_sha256"])
+print(n_items, record["code_sha256"])
 
 # %% tags=["plot"]
 print("a figure would be drawn here")
@@ -127,10 +128,10 @@ def test_an_executed_chapter_records_its_fingerprint_and_collapses_its_setup(tmp
     notebook = json.loads(path.read_text())
     record = notebook["metadata"]["resid"]
     assert record["parameters"] == {"n_items": 5}
-    assert record["source_sha256"] == book.fingerprint("demo", {}, notebooks)["source_sha256"]
+    assert record["code_sha256"] == book.fingerprint("demo", {}, notebooks)["code_sha256"]
     assert len(record["package_commit"]) == 40 and record["executed"]
     outputs = "".join("".join(o.get("text", "")) for c in notebook["cells"] for o in c.get("outputs", []))
-    assert f"5 {record['source_sha256']}" in outputs  # the kernel saw the runner's record
+    assert f"5 {record['code_sha256']}" in outputs  # the kernel saw the runner's record
     prompts = {}
     for cell in notebook["cells"]:
         tags = cell["metadata"].get("tags", [])
@@ -151,22 +152,31 @@ def test_a_chapter_is_stale_when_its_source_changes_or_its_json_disagrees(tmp_pa
     path = out / "demo.ipynb"
     out.mkdir()
     record = book.fingerprint("demo", {}, notebooks) | {"package_commit": "unknown", "executed": "now"}
-    path.write_text(json.dumps({"cells": [], "metadata": {"resid": record}}))
+    executed = book._source_notebook("demo", notebooks)
+    executed.metadata["resid"] = record
+    nbformat.write(executed, path)
     assert "demo.json is missing" in book.chapter_status("demo", out, notebooks).why
     (out / "demo.json").write_text(json.dumps({"execution": record}))
     assert book.chapter_status("demo", out, notebooks).state == "fresh"
     (out / "demo.json").write_text(json.dumps({"execution": record | {"executed": "later"}}))
     assert "different executions" in book.chapter_status("demo", out, notebooks).why
     (out / "demo.json").write_text(json.dumps({"execution": record}))
+    tampered = nbformat.read(path, as_version=4)
+    tampered.cells[-1].source += "\nprint('not what the source says')"
+    nbformat.write(tampered, path)
+    assert "executed code cells" in book.chapter_status("demo", out, notebooks).why
+    nbformat.write(executed, path)
     source = notebooks / "01_demo.py"
     source.write_text(source.read_text() + "\n# %%\nprint('one more cell')\n")
     status = book.chapter_status("demo", out, notebooks)
-    assert status.state == "stale" and "source changed" in status.why
+    assert status.state == "stale" and "code or criteria changed" in status.why
 
 
-def test_editing_a_committed_chapters_source_makes_it_stale(tmp_path):
-    """On a copy of the repository's notebooks and executed chapters: every fresh chapter turns
-    stale when one line of its source changes."""
+def test_a_markdown_edit_keeps_a_committed_chapter_fresh_and_a_code_edit_makes_it_stale(tmp_path):
+    """On a copy of the repository's notebooks and executed chapters: a changed sentence and a
+    new markdown cell leave every fresh chapter fresh (the fingerprint hashes code and criteria,
+    as jupyter-cache does) and reach its executed notebook without executing it, outputs
+    untouched; one changed line of code, or of its criteria, makes it stale."""
     notebooks, out = tmp_path / "notebooks", tmp_path / "chapters"
     shutil.copytree(ROOT / "notebooks", notebooks)
     shutil.copytree(ROOT / "book" / "chapters", out, ignore=shutil.ignore_patterns(".*"))
@@ -174,19 +184,41 @@ def test_editing_a_committed_chapters_source_makes_it_stale(tmp_path):
     assert fresh, "no committed chapter is fresh"
     for name in fresh:
         source = book.source(name, notebooks)
-        source.write_text(source.read_text().replace("# %% [markdown]", "# %% [markdown]\n# An edit.", 1))
+        text = source.read_text()
+        before = json.loads((out / f"{name}.ipynb").read_text())
+        edited = text.replace("# %% [markdown]\n# ", "# %% [markdown]\n# An edit. ", 1)
+        edited += "\n# %% [markdown]\n# A new closing remark.\n"
+        source.write_text(edited)
         status = book.chapter_status(name, out, notebooks)
-        assert status.state == "stale" and "source changed" in status.why, name
+        assert status.state == "fresh" and "narrative was edited" in status.why, (name, status.why)
+        assert book.refresh_narrative(name, out, notebooks)
+        after = json.loads((out / f"{name}.ipynb").read_text())
+        assert book.chapter_status(name, out, notebooks) == book.ChapterStatus(
+            name, "fresh", "", status.record, status.package_changes
+        )
+        prose = ["".join(c["source"]) for c in after["cells"] if c["cell_type"] == "markdown"]
+        assert any(p.startswith("An edit. ") for p in prose) and prose[-1] == "A new closing remark.", name
+        code = [c for c in before["cells"] if c["cell_type"] == "code"]
+        assert [c for c in after["cells"] if c["cell_type"] == "code"] == code, name  # outputs kept
+
+        source.write_text(edited.replace("\nimport ", "\nimport math  # an edit\nimport ", 1))
+        status = book.chapter_status(name, out, notebooks)
+        assert status.state == "stale" and "code or criteria changed" in status.why, name
+        source.write_text(edited)
+        criteria = notebooks / "criteria" / f"{name}.toml"
+        criteria.write_text(criteria.read_text() + "\n# an edit\n")
+        assert book.chapter_status(name, out, notebooks).state == "stale", name
 
 
 def test_the_committed_chapters_are_fresh_and_agree_with_their_json():
-    """The published book: every executed chapter matches its source at the default parameters,
-    and every claim in its JSON is shown in its notebook."""
+    """The published book: every executed chapter matches its source at the default parameters
+    (its code, criteria and narrative), and every claim in its JSON is shown in its notebook."""
     committed = [n for n in book.chapters() if (book.CHAPTERS_OUT / f"{n}.ipynb").exists()]
     assert committed, "no executed chapter is committed in book/chapters"
     for name in committed:
         status = book.chapter_status(name)
         assert status.state == "fresh", f"{name} is {status.state}: {status.why}; run `make book`"
+        assert not status.why, f"{name}: {status.why}"
         results = json.loads((book.CHAPTERS_OUT / f"{name}.json").read_text())
         assert not results.get("quick"), name
         notebook = json.loads((book.CHAPTERS_OUT / f"{name}.ipynb").read_text())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest.mock import patch
 
-from . import provenance
+from . import provenance, records
 from .progress import ENV as PROGRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,14 +192,17 @@ def _is_a(value: object, kind: type) -> bool:
 
 
 def fingerprint(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> dict:
-    """What a chapter says (a hash of its source and, where it has one, of its pre-registered
-    criteria in ``criteria/<name>.toml``) and is told (its non-default parameters)."""
-    text = source(name, notebooks).read_bytes()
+    """What a chapter computes (a hash of its code cells, with their tags, and of its
+    pre-registered criteria in ``criteria/<name>.toml``) and is told (its non-default parameters).
+    Its markdown is left out, as jupyter-cache leaves it out: a narrative edit is copied into the
+    executed chapter by ``refresh_narrative``, without executing anything."""
+    cells = [c for c in _source_notebook(name, notebooks).cells if c.cell_type == "code"]
+    text = "\0".join(json.dumps([c.source, c.metadata.get("tags", [])]) for c in cells).encode()
     criteria = notebooks / "criteria" / f"{name}.toml"
     if criteria.exists():  # verdicts depend on it: changing a criterion makes the chapter stale
         text += b"\0" + criteria.read_bytes()
     digest = hashlib.sha256(text).hexdigest()[:16]
-    return {"chapter": name, "source_sha256": digest, "parameters": parameters}
+    return {"chapter": name, "code_sha256": digest, "parameters": parameters}
 
 
 def package_commit() -> tuple[str, bool]:
@@ -225,8 +229,9 @@ class ChapterStatus:
 
 
 def chapter_status(name: str, out_dir: Path = CHAPTERS_OUT, notebooks: Path = NOTEBOOKS) -> ChapterStatus:
-    """Fresh when the executed notebook's fingerprint matches the chapter's source at its default
-    parameters and its results JSON carries the same record; stale otherwise; missing if absent."""
+    """Fresh when the executed notebook's fingerprint matches the chapter's code and criteria at
+    its default parameters and its results JSON carries the same record; stale otherwise; missing
+    if absent. A fresh chapter whose markdown was edited since says so in ``why``."""
     path, results = out_dir / f"{name}.ipynb", out_dir / f"{name}.json"
     if not path.exists():
         return ChapterStatus(name, "missing", "not executed", None, [])
@@ -240,8 +245,8 @@ def chapter_status(name: str, out_dir: Path = CHAPTERS_OUT, notebooks: Path = NO
         except (OSError, subprocess.CalledProcessError):
             changes = ["(commit not in this repository)"]
     expected = fingerprint(name, {}, notebooks)
-    if record["source_sha256"] != expected["source_sha256"]:
-        why = "its source changed since it was executed"
+    if record.get("code_sha256") != expected["code_sha256"]:
+        why = "its code or criteria changed since it was executed"
     elif record["parameters"]:
         why = f"executed with {record['parameters']}, not the defaults"
     elif not results.exists():
@@ -249,8 +254,78 @@ def chapter_status(name: str, out_dir: Path = CHAPTERS_OUT, notebooks: Path = NO
     elif json.loads(results.read_text()).get("execution") != record:
         why = f"{results.name} and the notebook come from different executions"
     else:
-        return ChapterStatus(name, "fresh", "", record, changes)
+        try:
+            edited = narrative_edited(name, out_dir, notebooks)
+        except ChapterError:
+            why = "its executed code cells are not its source's"
+            return ChapterStatus(name, "stale", why, record, changes)
+        why = "its narrative was edited since: `make book` copies it in, executing nothing" if edited else ""
+        return ChapterStatus(name, "fresh", why, record, changes)
     return ChapterStatus(name, "stale", why, record, changes)
+
+
+# --- the narrative: markdown edits reach the executed chapter without executing it ---
+
+
+def _merged_narrative(name: str, out_dir: Path, notebooks: Path):
+    """The executed notebook with the markdown of the chapter's source: every executed code cell
+    (outputs and all) kept in place, the markdown between them taken from the source. Cells are
+    matched segment by segment (the markdown before each code cell), reusing the executed
+    markdown cells' ids and metadata where they pair up."""
+    import nbformat
+
+    executed = nbformat.read(out_dir / f"{name}.ipynb", as_version=4)
+    source_cells = _source_notebook(name, notebooks).cells
+
+    def segments(cells) -> tuple[list[list], list]:
+        parts, code = [[]], []
+        for cell in cells:
+            if cell.cell_type == "code":
+                code.append(cell)
+                parts.append([])
+            else:
+                parts[-1].append(cell)
+        return parts, code
+
+    old_parts, old_code = segments(c for c in executed.cells
+                                   if "injected-parameters" not in c.metadata.get("tags", []))  # fmt: skip
+    new_parts, new_code = segments(source_cells)
+    if [c.source for c in old_code] != [c.source for c in new_code]:
+        raise ChapterError(f"chapter {name!r}: its code changed since it was executed; execute it")
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    cells = []
+    for i, (old, new) in enumerate(zip(old_parts, new_parts, strict=True)):
+        for j, cell in enumerate(new):
+            if j < len(old) and old[j].cell_type == cell.cell_type:
+                cell, text = copy.deepcopy(old[j]), cell.source
+                cell.source = text
+            cells.append(cell)
+        if i < len(old_code):
+            cells.append(old_code[i])
+            if "parameters" in old_code[i].metadata.get("tags", []):
+                cells += injected
+    executed.cells = cells
+    return executed
+
+
+def narrative_edited(name: str, out_dir: Path = CHAPTERS_OUT, notebooks: Path = NOTEBOOKS) -> bool:
+    import nbformat
+
+    executed = nbformat.read(out_dir / f"{name}.ipynb", as_version=4)
+    return executed.cells != _merged_narrative(name, out_dir, notebooks).cells
+
+
+def refresh_narrative(name: str, out_dir: Path = CHAPTERS_OUT, notebooks: Path = NOTEBOOKS) -> bool:
+    """Copy a fresh chapter's markdown from its source into its executed notebook; True if
+    anything changed. Its outputs, and so its numbers, are untouched."""
+    import nbformat
+
+    merged = _merged_narrative(name, out_dir, notebooks)
+    path = out_dir / f"{name}.ipynb"
+    if nbformat.read(path, as_version=4).cells == merged.cells:
+        return False
+    nbformat.write(merged, path)
+    return True
 
 
 # --- execution ---
@@ -262,13 +337,17 @@ def run_chapter(
     out_dir: Path = CHAPTERS_OUT,
     progress: bool = True,
     notebooks: Path = NOTEBOOKS,
+    retrain_since: float | None = None,
 ) -> Path:
     """Execute one chapter into ``out_dir/<name>.ipynb``; raise ``ChapterError`` if a cell fails.
 
     The notebook runs in a scratch directory; its notebook and results JSON replace those in
     ``out_dir`` only when every cell succeeded (a failed run is kept as ``.<name>.failed.ipynb``).
     The execution record (fingerprint, package commit, date) goes into the notebook's metadata
-    and, through ``save_results``, into its JSON.
+    and, through ``save_results``, into its JSON. Training runs are read from, and written to,
+    the run records beside ``out_dir`` (``book/runs`` for the book; ``$RESID_RECORDS`` if set);
+    ``retrain_since`` (a time, shared by the chapters of one command) ignores every record and
+    checkpoint written before it, so each run the chapter reads trains again from scratch, once.
     """
     import jupytext
     import papermill
@@ -286,7 +365,11 @@ def run_chapter(
     staged, executed = scratch / "source.ipynb", scratch / f"{name}.ipynb"
     jupytext.write(notebook, staged, fmt="ipynb")
     try:
-        with _echo_progress(progress), patch.dict(os.environ, {EXECUTION_ENV: json.dumps(record)}):
+        runs = os.environ.get(records.ENV) or str(out_dir.parent / "runs")
+        env = {EXECUTION_ENV: json.dumps(record), records.ENV: runs}
+        if retrain_since is not None:
+            env[records.RETRAIN_ENV] = repr(retrain_since)
+        with _echo_progress(progress), patch.dict(os.environ, env):
             papermill.execute_notebook(
                 str(staged), str(executed), parameters=parameters, cwd=str(scratch),
                 kernel_name="python3", progress_bar=progress,
@@ -546,10 +629,35 @@ def print_status(out_dir: Path = CHAPTERS_OUT) -> list[ChapterStatus]:
             approx = "≈ " if rerun.get("cold_estimated") else ""
             details.append(f"rerun {provenance.duration(rerun.get('cached_seconds'))} cached, "
                            f"{approx}{provenance.duration(rerun.get('cold_seconds'))} cold")  # fmt: skip
+            if row.state != "fresh":
+                details.append(training_needed(rerun))
         if row.package_changes:
             details.append(f"package files changed since: {', '.join(row.package_changes)}")
         print(f"{row.name:12} {row.state:8} " + "; ".join(details))
     return rows
+
+
+def training_needed(rerun: dict) -> str:
+    """What re-executing a chapter trains, from the runs its last execution read: none where each
+    has a run record (or a checkpoint in this machine's cache), else which and for how long. A
+    code change may of course ask for other runs."""
+    from .loaders import cache_dir
+
+    runs = rerun.get("training_runs")
+    if runs is None:
+        return "which training runs it reads is recorded from its next execution on"
+    if not runs:
+        return "it trains nothing"
+    def kept(key: str) -> bool:
+        return records.json_path(key).exists() or (cache_dir() / "runs" / f"{key}.pt").exists()
+
+    missing = {key: seconds for key, seconds in runs.items() if not kept(key)}
+    if not missing:
+        return f"re-executing reads its {len(runs)} training runs from their records, training nothing"
+    hours = sum(seconds or 0.0 for seconds in missing.values())
+    keys = ", ".join(sorted(missing)[:4]) + (", …" if len(missing) > 4 else "")
+    return (f"re-executing trains {len(missing)} of its {len(runs)} runs (≈ {provenance.duration(hours)} "
+            f"as recorded): {keys}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -567,7 +675,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     everything = sub.add_parser("all", help="execute every chapter, stale or not")
     everything.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
+    for command in (run, everything):
+        command.add_argument("--retrain", action="store_true",
+                             help="train every run again from scratch, not reading its record")  # fmt: skip
     args = parser.parse_args(argv)
+    retrain_since = time.time() if getattr(args, "retrain", False) else None
     try:
         if args.command == "list":
             print("\n".join(chapters()))
@@ -583,8 +695,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[resid] handout -> {path}")
             return 0
         if args.command == "update":
-            todo = [row.name for row in print_status() if row.state != "fresh"]
+            rows = print_status()
+            todo = [row.name for row in rows if row.state != "fresh"]
             runs = {name: {} for name in todo}
+            for row in rows:
+                if row.state == "fresh" and refresh_narrative(row.name):
+                    print(f"[resid] chapter {row.name}: narrative copied from its source (nothing executed)")
             if not todo:
                 print("[resid] every chapter is fresh: nothing to execute")
             elif args.no_execute:
@@ -601,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
             note = precision_note(name, parameters)
             if note:
                 print(f"[resid] note: {note}", flush=True)
-            output = run_chapter(name, parameters)
+            output = run_chapter(name, parameters, retrain_since=retrain_since)
             print(f"[resid] chapter {name}: done in {time.time() - start:.0f} s -> {output}", flush=True)
     except ChapterError as error:
         print(f"[resid] error: {error}", file=sys.stderr)

@@ -183,6 +183,11 @@ def analyse(model: Transformer, tokens: torch.Tensor, n_rotations: int = 8, seed
     return pd.DataFrame(rows)
 
 
+@torch.no_grad()
+def held_out_loss(model: Transformer, tokens: torch.Tensor) -> float:
+    return model.loss(tokens).item()
+
+
 def heaviest(analysis: pd.DataFrame, basis: str = "residual") -> pd.DataFrame:
     """Per run (variant, seed) of ``analyse`` tables: where its tails are heaviest, in the
     residual stream after a block or in what a block's MLP reads, with the excess kurtosis over
@@ -206,23 +211,23 @@ def compare_variants(
     names: list[str], seeds: tuple[int, ...], base: TrainConfig = REGIME, tokens: torch.Tensor | None = None,
     n_rotations: int = 4,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:  # fmt: skip
-    """Train (or load) every variant with every seed; return the logged curves (loss, and
-    kurtosis per layer at each evaluation), the final held-out loss, and ``analyse`` per run."""
-    from .train import train
+    """Every variant with every seed: the logged curves (loss, and kurtosis per layer at each
+    evaluation), the final held-out loss, and ``analyse`` per run. Read from the runs' records
+    where they hold them; trained (or loaded from the cache) where not."""
+    from .train import measure, run_history
 
     tokens = held_out_tokens(base) if tokens is None else tokens
     curves, finals, analyses = [], [], []
     for name, s in track([(name, s) for name in names for s in seeds], "training run (variant, seed)"):
-        result = train(variant(name, s, base), progress=False)
-        for row in result.history:
+        cfg = variant(name, s, base)
+        for row in run_history(cfg, progress=False):
             if "val_loss" in row:
                 curves.append({"variant": name, "seed": s, "step": row["step"],
                                "val loss": row["val_loss"], "max kurtosis": max(row["kurtosis"][1:]),
                                "rotated": float(np.mean(row["kurtosis_rotated"][1:])),
                                "max mlp-in kurtosis": max(row["kurtosis_mlp_in"])})  # fmt: skip
-        with torch.no_grad():
-            finals.append({"variant": name, "seed": s, "val loss": result.model.loss(tokens).item()})
-        table = analyse(result.model, tokens, n_rotations=n_rotations)
+        finals.append({"variant": name, "seed": s, "val loss": measure(cfg, held_out_loss, tokens=tokens)})
+        table = measure(cfg, analyse, tokens=tokens, n_rotations=n_rotations)
         table["variant"], table["seed"] = name, s
         analyses.append(table)
     return pd.DataFrame(curves), pd.DataFrame(finals), pd.concat(analyses, ignore_index=True)

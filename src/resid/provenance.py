@@ -70,6 +70,9 @@ def rerun_times(wall_seconds: float) -> dict:
         "artefacts": len(artefacts),
         "artefacts_without_time": unknown,
         "built_on": dict(Counter(a.get("device", "cpu") for a in artefacts.values())),
+        # which runs the chapter read, and what training each took (or would take here)
+        "training_runs": {name.removeprefix("training run "): a["seconds"] for name, a in artefacts.items()
+                          if name.startswith("training run ")},  # fmt: skip
     }
 
 
@@ -114,24 +117,28 @@ def cpu_features() -> str:
     return torch.backends.cpu.get_cpu_capability() + units
 
 
-def environment() -> dict:
-    """The software and machine a chapter ran on."""
-    import torch
-    import transformers
-
+def machine() -> str:
+    """``AMD EPYC (AVX2, no bf16 units), 2 cores, Linux x86_64``: this CPU, as records name it."""
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
                  if line.startswith("model name")]  # fmt: skip
         cpu = names[0] if names else cpu
+    return f"{cpu} ({cpu_features()}), {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
+
+
+def environment() -> dict:
+    """The software and machine a chapter ran on."""
+    import torch
+    import transformers
+
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "machine": f"{cpu} ({cpu_features()}), {os.cpu_count()} cores, {platform.system()} "
-        f"{platform.machine()}",
+        "machine": machine(),
         "threads": torch.get_num_threads(),
         "inputs": dict(INPUTS),
     }

@@ -24,12 +24,13 @@ from pathlib import Path
 
 import torch
 
+from . import records
 from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, token_ids, train_val_split
 from .loaders import cache_dir, check_name
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW
 from .progress import bar as progress_bar
-from .provenance import record_build
+from .provenance import machine, record_build
 from .stats import haar_rotation, kurtosis_metric, top_energy_share
 
 OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "shared_basis_adamw", "muon", "soap")
@@ -300,13 +301,15 @@ def train(
     device_given = device is not None
     device = device or default_device()
     path = cache_dir() / "runs" / f"{cfg.key()}.pt"
+    record = _record(cfg)
     torch.manual_seed(cfg.seed)
     model = Transformer(cfg.model).to(device)
     optimizer = make_optimizer(model, cfg)
     history: list[dict] = []
     step, seconds, estimated = 0, 0.0, False
     trained_on = describe(device)
-    if path.exists():
+    weights = None if path.exists() or record is None else records.read_weights(cfg.key())
+    if records.current(path):
         state = torch.load(path, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         history, step = state["history"], state["step"]
@@ -322,6 +325,10 @@ def train(
             seconds, new = _seconds_here(state, cfg, device)
             if new:
                 _write(path, state)
+    elif weights is not None:  # a small run whose record keeps its weights: nothing to train
+        model.load_state_dict(weights)
+        history, step, trained_on = record["history"], record["step"], record["device"]
+        seconds, estimated = _recorded_seconds(record, cfg, device)
     built_now, seconds_now = step < cfg.steps, 0.0
     if built_now:
         started, before = time.perf_counter(), seconds
@@ -362,6 +369,12 @@ def train(
     record_build(
         f"training run {cfg.key()}", seconds, built_now, estimated, seconds_now=seconds_now, device=trained_on
     )
+    if len(history) >= cfg.steps and rank == 0 and (record is None or record["history"] != history):
+        # a new run, or another training of the same configuration: its record is this one, and
+        # the measurements of the other are dropped with it
+        small = sum(p.numel() for p in model.parameters()) <= records.WEIGHTS_UP_TO
+        kept = {k: v.clone() for k, v in model.state_dict().items()} if small else None  # clone: tied weights
+        records.write(records.new(cfg.key(), asdict(cfg), history, seconds, trained_on, machine()), kept)
     model.eval()
     model.tokenizer = ByteTokenizer()
     if not device_given:  # the book analyses on CPU; a caller who chose a device keeps the model there
@@ -448,6 +461,32 @@ def compact(path: Path) -> int:
     return before - path.stat().st_size
 
 
+def _record(cfg: TrainConfig) -> dict | None:
+    """The committed record of this run, checked against its key; None if there is none."""
+    record = records.read(cfg.key())
+    if record is None:
+        return None
+    path = records.json_path(cfg.key())
+    try:
+        key = config_from_dict(record["config"]).key()
+    except (TypeError, KeyError, ValueError) as error:
+        raise records.RecordError(f"{path}: its configuration does not parse ({error})") from None
+    if key != cfg.key():
+        raise records.RecordError(f"{path}: its configuration hashes to {key}, not to its file name")
+    return record
+
+
+def _recorded_seconds(record: dict, cfg: TrainConfig, device: torch.device) -> tuple[float | None, bool]:
+    """What a recorded run took (or would take here, estimated, if it trained on another kind of
+    device), for the chapter's cold time."""
+    if not _trained_elsewhere(record, device):
+        return record.get("seconds"), False
+    seconds, new = _seconds_here(record, cfg, device)
+    if new:
+        records.write(record)
+    return seconds, True
+
+
 def _seconds_here(state: dict, cfg: TrainConfig, device: torch.device) -> tuple[float, bool]:
     """What training this run would take on ``device``: a few timed steps and one evaluation,
     scaled to the run's length; remembered in ``state`` (the second value says it is new, to
@@ -513,10 +552,15 @@ def drop_weights(path: Path) -> Path:
 
 
 def run_history(cfg: TrainConfig, progress: bool = True) -> list[dict]:
-    """A run's history without its weights: from its checkpoint, or from the record
-    ``drop_weights`` kept; trained when neither exists."""
+    """A run's history without its weights: from its committed record, its checkpoint, or the
+    history ``drop_weights`` kept in the cache; trained when none exists."""
+    committed = _record(cfg)
+    if committed is not None:
+        seconds, estimated = _recorded_seconds(committed, cfg, default_device())
+        record_build(f"training run {cfg.key()}", seconds, False, estimated, device=committed["device"])
+        return committed["history"]
     record = history_path(cfg)
-    if (cache_dir() / "runs" / f"{cfg.key()}.pt").exists() or not record.exists():
+    if records.current(cache_dir() / "runs" / f"{cfg.key()}.pt") or not record.exists():
         return train(cfg, progress=progress).history
     state, device = json.loads(record.read_text()), default_device()
     seconds, estimated = state.get("seconds"), False
@@ -525,7 +569,30 @@ def run_history(cfg: TrainConfig, progress: bool = True) -> list[dict]:
         if new:
             record.write_text(json.dumps(state))
     record_build(f"training run {cfg.key()}", seconds, False, estimated, device=state.get("device", "cpu"))
+    kept = records.new(cfg.key(), state["config"], state["history"], state.get("seconds"),
+                       state.get("device", "cpu"), machine="unrecorded")  # fmt: skip
+    records.write(kept | {"seconds_here": state.get("seconds_here", {})})
     return state["history"]
+
+
+def measure(cfg: TrainConfig, fn, /, progress: bool = False, **inputs):
+    """``fn(model, **inputs)`` for the model run ``cfg`` trains: read from the run's record when
+    it holds this measurement (same function, same code, same inputs), else computed from the
+    trained model (loaded, or trained now) and added to the record. The value comes back as the
+    record stores it (tables, tensors, tuples restored), computed or read alike."""
+    name = records.measurement_id(fn, inputs)
+    record = _record(cfg)
+    if record is not None and name in record["measurements"]:
+        seconds, estimated = _recorded_seconds(record, cfg, default_device())
+        record_build(f"training run {cfg.key()}", seconds, False, estimated, device=record["device"])
+        return records.decode(record["measurements"][name])
+    result = train(cfg, progress=progress)
+    encoded = records.encode(fn(result.model, **inputs))
+    record = _record(cfg)  # as train() left it: this run's own
+    if record is not None and record["history"] == result.history:
+        record["measurements"][name] = encoded
+        records.write(record)
+    return records.decode(encoded)
 
 
 def config_from_dict(d: dict) -> TrainConfig:

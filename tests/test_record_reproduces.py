@@ -1,0 +1,71 @@
+"""A record is trustworthy: each kind of run the chapters train (the standard model, the rotated
+models, every optimiser family, the induction model), cut to a few steps of its own configuration,
+is trained again here and compared with a record made the same way and committed in
+``tests/records``. On the machine that made the reference the run must match it exactly; on
+another CPU within ``TOLERANCE`` (training is not bit-reproducible across CPUs: another kernel
+sums in another order). Regenerate the references with ``python tests/test_record_reproduces.py``.
+"""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from resid import experiments, provenance, records
+from resid.train import PRESETS, TrainConfig, config_from_dict, train
+
+REFERENCES = Path(__file__).parent / "records"
+TOLERANCE = 2e-3  # nats on every logged loss, and relative on the kurtosis after 6 steps
+
+KINDS = {
+    "standard (LayerNorm, AdamW)": experiments.variant("layernorm", 1),
+    "basis-free": experiments.variant("basisfree", 1),
+    "shared rotation": experiments.variant("shared rotation", 1),
+    "independent rotations": experiments.variant("independent rotations", 1),
+    "SGD": experiments.optimizer_run("sgd", 0.1, 1),
+    "AdamW, rotated moments": experiments.optimizer_run("rotated_adamw", 3e-3, 1),
+    "AdamW, one rotated basis": experiments.optimizer_run("shared_basis_adamw", 3e-3, 1),
+    "Muon": experiments.optimizer_run("muon", 3e-2, 1),
+    "SOAP": experiments.optimizer_run("soap", 3e-3, 1),
+    "induction (attention only)": replace(PRESETS["induction-2l"], seed=1),
+}
+
+
+def shortened(cfg: TrainConfig) -> TrainConfig:
+    """The same run, 6 steps long, evaluated at the end on 2 batches."""
+    return replace(cfg, steps=6, warmup_steps=2, eval_every=6, checkpoint_every=6, eval_batches=2)
+
+
+def reference(kind: str) -> dict:
+    return json.loads((REFERENCES / f"{shortened(KINDS[kind]).key()}.json").read_text())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_recorded_run_trains_again_to_its_record(kind, monkeypatch, tmp_path):
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    monkeypatch.delenv("RESID_RECORDS", raising=False)
+    expected = reference(kind)
+    cfg = config_from_dict(expected["config"])  # the run is rebuilt from what the record says
+    assert cfg.key() == expected["key"] == shortened(KINDS[kind]).key()
+    history = train(cfg, progress=False).history
+    if expected["machine"] == provenance.machine():
+        assert history == expected["history"]
+        return
+    for got, want in zip(history, expected["history"], strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], abs=TOLERANCE)
+    last, want = history[-1], expected["history"][-1]
+    assert last["val_loss"] == pytest.approx(want["val_loss"], abs=TOLERANCE)
+    assert last["kurtosis"] == pytest.approx(want["kurtosis"], rel=TOLERANCE)
+
+
+if __name__ == "__main__":
+    import os
+    import tempfile
+
+    os.environ["RESID_CACHE"] = tempfile.mkdtemp()
+    os.environ["RESID_RECORDS"] = str(REFERENCES)
+    records.WEIGHTS_UP_TO = 0  # the histories are the reference; no weights kept
+    for kind, cfg in KINDS.items():
+        print(kind, shortened(cfg).key())
+        train(shortened(cfg), progress=False)
