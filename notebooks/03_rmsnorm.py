@@ -18,8 +18,9 @@
 # **Reproduces** the LayerNorm experiment of {cite:t}`elhage2023privileged`: the same model
 # trained with LayerNorm, with RMSNorm (per-channel gain) and with a basis-free norm (no mean
 # subtraction, one scalar gain), five seeds each, compared on held-out loss and on the kurtosis
-# of the residual stream against its rotated control, each claim against a criterion written
-# before the runs (`notebooks/criteria/rmsnorm.toml`).
+# of the residual stream against its rotated control, each claim against the criterion in
+# `notebooks/criteria/rmsnorm.toml`. That file was committed after this chapter's first execution
+# had shown the runs, so these verdicts are exploratory, not pre-registered.
 #
 # **Rerun:** {glue:md}`rerun_command`
 #

@@ -19,8 +19,9 @@
 # of a basis-free model is invariant under a rotation of every weight, in 32-bit and in 16-bit
 # arithmetic; models trained with a shared rotation or independent rotations on every residual
 # read and write learn as well, and their residual stream loses its heavy tails while the shared
-# model's computation basis keeps them. Five seeds each, every claim against a criterion written
-# before the runs were analysed (`notebooks/criteria/rotations.toml`). Then the rotation trick of
+# model's computation basis keeps them. Five seeds each, every claim against the criterion in
+# `notebooks/criteria/rotations.toml`, committed after this chapter's first execution had shown the
+# runs: exploratory verdicts, not pre-registered ones. Then the rotation trick of
 # {cite:t}`ashkboos2024quarot` on the pretrained SmolLM2.
 #
 # **Rerun:** {glue:md}`rerun_command`

@@ -415,3 +415,31 @@ def test_draft_chapters_run_in_quick_mode(tmp_path, path):
     name = path.stem.split("_", 1)[1]
     out = book.run_chapter(name, {"quick": True}, out_dir=tmp_path, progress=False, notebooks=path.parent)
     assert (tmp_path / f"{name}.json").exists() and out.exists()
+
+
+def test_make_clean_removes_only_what_a_build_rebuilds():
+    """``make clean`` never deletes a committed file: every path it removes is untracked."""
+    recipe = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    removed = [word for line in recipe.splitlines() if line.startswith("rm ") for word in line.split()[1:]
+               if not word.startswith("-")]  # fmt: skip
+    assert "book/_build" in removed
+    tracked = subprocess.run(["git", "ls-files", "--", *removed], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()  # fmt: skip
+    assert not tracked, f"make clean would delete committed files: {tracked[:5]}"
+
+
+def test_status_says_whether_re_executing_reads_records_or_which_runs_it_trains(monkeypatch, tmp_path):
+    from resid import records
+
+    monkeypatch.setenv(records.ENV, str(tmp_path / "runs"))
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "aaaa000011112222.json").write_text("{}")
+    (tmp_path / "cache" / "runs").mkdir(parents=True)
+    (tmp_path / "cache" / "runs" / "bbbb000011112222.pt").write_text("")
+    kept = {"aaaa000011112222": 600.0, "bbbb000011112222": 700.0}
+    assert "reads its 2 training runs from their records" in book.training_needed({"training_runs": kept})
+    needed = book.training_needed({"training_runs": kept | {"cccc000011112222": 1800.0}})
+    assert needed.startswith("re-executing trains 1 of its 3 runs (≈ 30 min") and "cccc000011112222" in needed
+    assert "recorded from its next execution" in book.training_needed({})
+    assert book.training_needed({"training_runs": {}}) == "it trains nothing"

@@ -629,7 +629,7 @@ def print_status(out_dir: Path = CHAPTERS_OUT) -> list[ChapterStatus]:
             approx = "≈ " if rerun.get("cold_estimated") else ""
             details.append(f"rerun {provenance.duration(rerun.get('cached_seconds'))} cached, "
                            f"{approx}{provenance.duration(rerun.get('cold_seconds'))} cold")  # fmt: skip
-            if row.state != "fresh":
+            if row.state != "fresh" or rerun.get("training_runs"):
                 details.append(training_needed(rerun))
         if row.package_changes:
             details.append(f"package files changed since: {', '.join(row.package_changes)}")
