@@ -419,7 +419,8 @@ def test_draft_chapters_run_in_quick_mode(tmp_path, path):
 
 def test_make_clean_removes_only_what_a_build_rebuilds():
     """``make clean`` never deletes a committed file: every path it removes is untracked."""
-    recipe = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    dry_run = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, check=True)
+    recipe = dry_run.stdout
     removed = [word for line in recipe.splitlines() if line.startswith("rm ") for word in line.split()[1:]
                if not word.startswith("-")]  # fmt: skip
     assert "book/_build" in removed
