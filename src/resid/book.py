@@ -320,11 +320,9 @@ def refresh_narrative(name: str, out_dir: Path = CHAPTERS_OUT, notebooks: Path =
     anything changed. Its outputs, and so its numbers, are untouched."""
     import nbformat
 
-    merged = _merged_narrative(name, out_dir, notebooks)
-    path = out_dir / f"{name}.ipynb"
-    if nbformat.read(path, as_version=4).cells == merged.cells:
+    if not narrative_edited(name, out_dir, notebooks):
         return False
-    nbformat.write(merged, path)
+    nbformat.write(_merged_narrative(name, out_dir, notebooks), out_dir / f"{name}.ipynb")
     return True
 
 
@@ -654,9 +652,9 @@ def training_needed(rerun: dict) -> str:
     missing = {key: seconds for key, seconds in runs.items() if not kept(key)}
     if not missing:
         return f"re-executing reads its {len(runs)} training runs from their records, training nothing"
-    hours = sum(seconds or 0.0 for seconds in missing.values())
+    total = sum(seconds or 0.0 for seconds in missing.values())
     keys = ", ".join(sorted(missing)[:4]) + (", …" if len(missing) > 4 else "")
-    return (f"re-executing trains {len(missing)} of its {len(runs)} runs (≈ {provenance.duration(hours)} "
+    return (f"re-executing trains {len(missing)} of its {len(runs)} runs (≈ {provenance.duration(total)} "
             f"as recorded): {keys}")  # fmt: skip
 
 

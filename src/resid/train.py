@@ -308,7 +308,7 @@ def train(
     history: list[dict] = []
     step, seconds, estimated = 0, 0.0, False
     trained_on = describe(device)
-    weights = None if path.exists() or record is None else records.read_weights(cfg.key())
+    weights = None if records.current(path) or record is None else records.read_weights(cfg.key())
     if records.current(path):
         state = torch.load(path, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
@@ -487,6 +487,12 @@ def _recorded_seconds(record: dict, cfg: TrainConfig, device: torch.device) -> t
     return seconds, True
 
 
+def _read_from(record: dict, cfg: TrainConfig) -> None:
+    """A run read from its record counts for the chapter's cold time as a cached one does."""
+    seconds, estimated = _recorded_seconds(record, cfg, default_device())
+    record_build(f"training run {cfg.key()}", seconds, False, estimated, device=record["device"])
+
+
 def _seconds_here(state: dict, cfg: TrainConfig, device: torch.device) -> tuple[float, bool]:
     """What training this run would take on ``device``: a few timed steps and one evaluation,
     scaled to the run's length; remembered in ``state`` (the second value says it is new, to
@@ -556,8 +562,7 @@ def run_history(cfg: TrainConfig, progress: bool = True) -> list[dict]:
     history ``drop_weights`` kept in the cache; trained when none exists."""
     committed = _record(cfg)
     if committed is not None:
-        seconds, estimated = _recorded_seconds(committed, cfg, default_device())
-        record_build(f"training run {cfg.key()}", seconds, False, estimated, device=committed["device"])
+        _read_from(committed, cfg)
         return committed["history"]
     record = history_path(cfg)
     if records.current(cache_dir() / "runs" / f"{cfg.key()}.pt") or not record.exists():
@@ -583,8 +588,7 @@ def measure(cfg: TrainConfig, fn, /, progress: bool = False, **inputs):
     name = records.measurement_id(fn, inputs)
     record = _record(cfg)
     if record is not None and name in record["measurements"]:
-        seconds, estimated = _recorded_seconds(record, cfg, default_device())
-        record_build(f"training run {cfg.key()}", seconds, False, estimated, device=record["device"])
+        _read_from(record, cfg)
         return records.decode(record["measurements"][name])
     result = train(cfg, progress=progress)
     encoded = records.encode(fn(result.model, **inputs))
