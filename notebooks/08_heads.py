@@ -26,8 +26,9 @@
 # **Rerun:** {glue:md}`rerun_command`
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with
-# SmolLM2 and the trained models cached; {glue:text}`rerun_cold` from a cold cache, which also
-# trains the two-layer induction models and the byte-level models.
+# SmolLM2 converted, the trained models read from their run records in `book/runs` (nothing
+# trains); {glue:text}`rerun_cold` to train them all again from scratch (add `RETRAIN=1` to the
+# command), which trains the two-layer induction models and the byte-level models.
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
@@ -74,7 +75,7 @@ from IPython.display import Markdown, display
 import resid
 from resid import book, claims, data, experiments, heads, hooks, stats
 from resid.cache import Head
-from resid.train import PRESETS, train
+from resid.train import PRESETS, measure, train
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 sns.set_theme(style="whitegrid", context="notebook")
@@ -91,7 +92,11 @@ claim_rows, check_rows = [], []
 # Two attention-only layers, four heads each, trained on random tokens that repeat with a
 # period drawn per sequence (so that only content, not a fixed offset, predicts the repeat).
 # Every 50 steps: the loss on the first pass (unpredictable: $\ln 256 = 5.55$), the loss on
-# the repeat, and the strongest head's induction score.
+# the repeat, and the strongest head's induction score. These models are small enough that
+# their run records in `book/runs` keep their weights: the sections below score, probe and
+# ablate them on new sequences, which a history alone cannot answer. The byte-level models
+# further down are too large to commit; their records keep only the measurement this chapter
+# takes of them.
 
 # %%
 small_tokens = heads.repeated_tokens(n_sequences, period, 256, seed=seed)
@@ -461,8 +466,9 @@ smol_summary, smol_advantage = direct_path_vs_bigrams(model, text_ids, frequent)
 bigram_rows, byte_advantage = [{"model": model_name, **smol_summary}], {}
 for s in seeds:
     byte_cfg = experiments.variant("layernorm", s)
-    byte_model = train(experiments.quick_config(byte_cfg) if quick else byte_cfg, progress=False).model
-    summary, byte_advantage[s] = direct_path_vs_bigrams(byte_model, byte_ids, byte_rows)
+    byte_cfg = experiments.quick_config(byte_cfg) if quick else byte_cfg
+    # the trained model's direct path against the bigrams, as its run record keeps it
+    summary, byte_advantage[s] = measure(byte_cfg, direct_path_vs_bigrams, ids=byte_ids, rows=byte_rows)
     bigram_rows.append({"model": f"byte-level (Kurtosis regime, seed {s})", **summary})
 bigram_table = pd.DataFrame(bigram_rows)
 display(bigram_table.style.format(precision=3).hide(axis="index"))
@@ -582,7 +588,7 @@ def ratio_of_means(numerator: torch.Tensor, denominator: torch.Tensor) -> float:
     return (numerator.mean() / denominator.mean()).item()
 
 
-weaker_head = small_by_seed[["best layer-1 induction", "best layer-0 previous-token"]].min(1)
+weaker_head = small_by_seed[["best layer-1 induction", "best layer-0 previous-token"]].min(axis=1)
 byte_rates = [advantage.mean().item() for advantage in byte_advantage.values()]
 ablations = (held_first, held_repeat, induction_ablated, random_ablated)
 outlier_increase = (increase["outlier", "zero"], increase["matched", "zero"])

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -21,6 +22,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from unittest.mock import patch
 
 import torch
 from torch import Tensor
@@ -134,8 +136,15 @@ def _load_gguf(path: Path, cache_name: str | None = None, label: str | None = No
         message = f"dequantising {path.name} once into {target}"
         print(f"resid: {message}", flush=True)
         note(message)
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+        # its tensor-by-tensor bar would land in a chapter's stderr; the note above tells the terminal
+        quiet = functools.partial(gguf_utils.tqdm, disable=True)
         try:
-            hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            with patch.object(gguf_utils, "tqdm", quiet):
+                hf = AutoModelForCausalLM.from_pretrained(
+                    path.parent, gguf_file=path.name, dtype=torch.float32
+                )
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         except (OSError, ValueError) as error:
             raise _unknown(
