@@ -177,8 +177,10 @@ def t_interval(values: Tensor | list[float], level: float = 0.95) -> tuple[float
     ``(mean, low, high)``. With few seeds this is wide, and honestly so."""
     from scipy import stats as scipy_stats
 
-    # a copy of a list of floats: pandas may hand over a read-only array, which torch warns about
-    x = values.double() if isinstance(values, Tensor) else torch.tensor([float(v) for v in values]).double()
+    if isinstance(values, Tensor):
+        x = values.double()
+    else:  # copied as floats: pandas may hand over a read-only array, which torch warns about
+        x = torch.tensor([float(v) for v in values], dtype=torch.float64)
     if len(x) < 2:
         raise ValueError("an interval over seeds needs at least two seeds")
     half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std() / len(x) ** 0.5
