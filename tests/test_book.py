@@ -255,7 +255,7 @@ def test_a_bfloat16_chapter_on_a_cpu_without_bf16_units_names_the_faster_paramet
     assert book.precision_note("painters", {"dtype": "float32"}) is None
     assert book.precision_note("painters", {"device": "cuda"}) is None
     assert book.precision_note("outliers", {}) is None  # no dtype parameter
-    monkeypatch.setattr(book, "run_chapter", lambda name, parameters: Path(f"{name}.ipynb"))
+    monkeypatch.setattr(book, "run_chapter", lambda name, parameters, **options: Path(f"{name}.ipynb"))
     assert book.main(["run", "painters"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[1] == f"[resid] note: {note}", printed  # before the chapter runs
