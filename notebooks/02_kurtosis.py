@@ -70,7 +70,7 @@ from IPython.display import Markdown, display
 
 from resid import book, claims, experiments, progress, stats
 from resid.model import Transformer
-from resid.train import train
+from resid.train import measure, run_history, train
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 sns.set_theme(style="whitegrid", context="notebook")
@@ -151,13 +151,12 @@ formula_check.style.format("{:.1f}")
 # %%
 rows, finals = [], []
 for name, cfg in progress.track(sweep.items(), "sweep run"):
-    t0 = time.time()
-    result = train(cfg, progress=False)
-    for h in result.history:
+    history = run_history(cfg, progress=False)
+    for h in history:
         if "kurtosis" in h:
             for layer, (k, r) in enumerate(zip(h["kurtosis"], h["kurtosis_rotated"], strict=True)):
                 rows.append({"run": name, "step": h["step"], "layer": layer, "kurtosis": k, "rotated": r})
-    last = [h for h in result.history if "kurtosis" in h][-1]
+    last = [h for h in history if "kurtosis" in h][-1]
     finals.append({"run": name, "steps": cfg.steps, "val loss": last["val_loss"],
                    "max kurtosis": max(last["kurtosis"][1:]),
                    "rotated": np.mean(last["kurtosis_rotated"][1:]),
@@ -280,12 +279,12 @@ else:
 # %%
 tables, histories = [], []
 for s in progress.track(seeds, "regime seed"):
-    result = train(replace(regime, seed=s), progress=False)
+    run = replace(regime, seed=s)
     tokens = experiments.held_out_tokens(regime, n_sequences, seed=seed)
-    table = experiments.analyse(result.model, tokens, n_rotations=n_rotations, seed=seed)
+    table = measure(run, experiments.analyse, tokens=tokens, n_rotations=n_rotations, seed=seed)
     table["seed"] = s
     tables.append(table)
-    for h in result.history:
+    for h in run_history(run, progress=False):
         histories.append(
             {"seed": s, "step": h["step"], "train loss": h["train_loss"], "val loss": h.get("val_loss")}
         )
