@@ -1,5 +1,5 @@
 # resid: make book [ALL=1] | make chapter CH=<name> [P="name=value ..."] [RETRAIN=1] | make test | make bench
-#        make status | make handouts | make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
+#        make status | make handouts | make lab | make wheel | make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
 #        make clean (build output only) | make restore-chapters (discards re-executed chapters and records)
 # Every target sets itself up first (a virtualenv in .venv, rebuilt only when the pins change).
 
@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup book chapter chapters html status handouts serve publish test lint bench clean distclean \
+.PHONY: setup book chapter chapters html status handouts lab wheel serve publish test lint bench clean distclean \
 	restore-chapters
 
 setup: $(STAMP)
@@ -34,21 +34,30 @@ chapters: setup
 status: setup
 	$(PY) -m resid.book status
 
-# Student notebooks in handouts/: every exercise, no solutions.
+# Student notebooks in book/handouts/chapters (committed: the launch buttons open them): every
+# exercise with a starter cell and its check, no solutions.
 handouts: setup
 	$(PY) -m resid.book handouts
 
+# resid as a wheel in dist/, with the criteria and run records a handout reads bundled inside
+# (resid/_data), for a virtualenv outside the repository: pip install dist/resid-*.whl
+wheel: setup
+	$(PY) -m resid.book wheel
+
+# The handouts in JupyterLab, on this machine only.
+lab: handouts
+	$(VENV)/bin/jupyter-lab --ip 127.0.0.1 book/handouts/chapters
+
 html: setup
 	$(PY) -m resid.book results
-	$(VENV)/bin/jupyter-book build book
-	@echo "open book/_build/html/index.html"
+	$(PY) -m resid.book html
 
 chapter: setup
 	@if [ -z "$(CH)" ]; then echo "usage: make chapter CH=<name> [P=\"quick=True seed=1\"] [RETRAIN=1]; chapters:"; \
 		$(PY) -m resid.book list; exit 2; fi
 	@$(PY) -m resid.book run $(CH) $(addprefix -p ,$(P)) $(if $(RETRAIN),--retrain)
 	$(PY) -m resid.book results
-	$(VENV)/bin/jupyter-book build book
+	$(PY) -m resid.book html
 
 PORT ?= 8000
 # The built book on this machine only (127.0.0.1); for a classroom, open http://localhost:$(PORT).
@@ -70,9 +79,9 @@ lint: setup
 bench: setup
 	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
-# Only what a build rebuilds: the HTML, the results page, the handouts. Never a committed file.
+# Only what a build rebuilds: the HTML, the results and course pages. Never a committed file.
 clean:
-	rm -rf book/_build book/chapters/results.md handouts
+	rm -rf book/_build book/chapters/results.md book/chapters/course.md
 
 # Puts back the committed executed chapters and run records, discarding local re-executions.
 restore-chapters:

@@ -74,7 +74,7 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import resid
-from resid import book, claims, data, stats
+from resid import book, claims, data, exercises, stats
 
 # transformers imports tqdm's notebook bar, which warns without ipywidgets; we show no bars here.
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -200,6 +200,8 @@ display(
 # %% [markdown]
 # ### Exercise 1.1: the metric from its formula
 #
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
 # Write `my_kurtosis(acts)` for a `[tokens, d_model]` tensor straight from the formula above:
 # centre each token's vector, take the ratio of its fourth moment to its squared second moment,
 # and average over tokens. Check it against `resid.stats.kurtosis_metric` on one layer, and on
@@ -209,6 +211,17 @@ display(
 # def my_kurtosis(acts: torch.Tensor) -> float:
 #     ...
 # ```
+
+
+# %% tags=["starter"]
+
+
+def my_kurtosis(acts: torch.Tensor) -> float:
+    """The metric of a [tokens, d_model] tensor, straight from the formula."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("1.1", my_kurtosis)
 
 
 # %% tags=["hide-cell", "solution"]
@@ -226,9 +239,12 @@ check_rows.append(claims.check(
     f"boundary {layer}: {my_kurtosis(resid_stream[layer]):.2f}; Gaussian {my_kurtosis(gaussian):.3f}",
 ))  # fmt: skip
 print(f"boundary {layer}: {my_kurtosis(resid_stream[layer]):.2f}; Gaussian: {my_kurtosis(gaussian):.3f}")
+assert exercises.check("1.1", my_kurtosis)
 
 # %% [markdown]
 # ### Exercise 1.2: a rotation of your own
+#
+# *Coding · difficulty 2 of 3 · about 15 minutes*
 #
 # The control rotates each token's vector by a Haar-random orthogonal matrix. Build one: take
 # the QR decomposition of a $d \times d$ Gaussian matrix and flip the sign of each column of
@@ -237,10 +253,23 @@ print(f"boundary {layer}: {my_kurtosis(resid_stream[layer]):.2f}; Gaussian: {my_
 # stream at the layer with the largest kurtosis falls to about 3. Before running it: which
 # layer's kurtosis do you expect the rotation to change most, in absolute terms?
 
+
+# %% tags=["starter"]
+def my_rotation(d: int, generator: torch.Generator) -> torch.Tensor:
+    """A Haar-random d x d rotation, from the QR decomposition of a Gaussian matrix."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("1.2", my_rotation)
+
+
 # %% tags=["hide-cell", "solution"]
-g = torch.Generator().manual_seed(seed + 1)
-q, r = torch.linalg.qr(torch.randn(d_model, d_model, dtype=torch.float64, generator=g))
-rotation = q * torch.sign(torch.diagonal(r))
+def my_rotation(d: int, generator: torch.Generator) -> torch.Tensor:
+    q, r = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=generator))
+    return q * torch.sign(torch.diagonal(r))  # flip each column where R's diagonal is negative
+
+
+rotation = my_rotation(d_model, torch.Generator().manual_seed(seed + 1))
 heaviest = int(kurt.argmax())
 x = resid_stream[heaviest].double()
 rotated_kurt = stats.kurtosis_metric(x @ rotation)
@@ -253,6 +282,7 @@ check_rows.append(claims.check(
 ))  # fmt: skip
 print(f"boundary {heaviest}: kurtosis {kurt[heaviest]:.1f} -> {rotated_kurt:.3f} after the rotation "
       "(the heaviest layer changes most: a rotation maps every layer to about 3)")  # fmt: skip
+assert exercises.check("1.2", my_rotation)
 
 # %% [markdown]
 # ## Massive activations
@@ -333,6 +363,18 @@ pd.DataFrame(
 # metric more when zeroed, the dimension that holds the layer's single largest entry, or the
 # dimension whose $|x|$ is largest on the median token? Check it.
 
+# %% tags=["starter"]
+exercises.predict("1.3", ...)  # your prediction: the metric for a = 100
+
+
+def kurtosis_without(acts: torch.Tensor, dim: int) -> float:
+    """The metric of acts with coordinate dim zeroed (in a copy: leave acts as it is)."""
+    raise NotImplementedError  # your code here
+
+
+measured = ...  # the metric of a thousand such vectors, measured with stats.kurtosis_metric
+exercises.check("1.3", measured, kurtosis_without, acts=resid_stream[int(kurt.argmax())])
+
 # %% tags=["hide-cell", "solution"]
 d, a = 576, 100.0
 predicted = d * (a**4 + 3 * (d - 1)) / (a**2 + d - 1) ** 2
@@ -349,13 +391,13 @@ largest_entry_dim = stats.massive_activations(x, k=1)[0]["dim"]
 typical_dim = int(x.abs().median(dim=0).values.argmax())
 
 
-def kurtosis_without(dim: int) -> float:
-    zeroed = x.clone()
+def kurtosis_without(acts: torch.Tensor, dim: int) -> float:
+    zeroed = acts.clone()
     zeroed[:, dim] = 0
     return stats.kurtosis_metric(zeroed)
 
 
-k_largest, k_typical = kurtosis_without(largest_entry_dim), kurtosis_without(typical_dim)
+k_largest, k_typical = kurtosis_without(x, largest_entry_dim), kurtosis_without(x, typical_dim)
 check_rows.append(claims.check(
     "zeroing the dimension large on the median token lowers the metric most",
     (typical_dim == largest_entry_dim or k_typical < k_largest) and k_typical < 0.5 * kurt[heaviest],
@@ -365,7 +407,52 @@ print(f"boundary {heaviest}: kurtosis {kurt[heaviest]:.1f}; without dim {largest
       f"{k_largest:.1f}; without dim {typical_dim} (largest on the median token) {k_typical:.1f}. "
       "The metric averages over tokens: a dimension large on every token moves it, a huge entry on "
       "a few tokens hardly does.")  # fmt: skip
+exercises.predict("1.3", predicted)
+assert exercises.check("1.3", measured, kurtosis_without, acts=x)
 
+
+# %% [markdown]
+# ### Exercise 1.4: outliers free of scale
+#
+# *Predict, then code and check · difficulty 1 of 3 · about 10 minutes*
+#
+# The scale-free outlier test compares each entry with the RMS of its own token's vector:
+# $|x_i| > 6\,\mathrm{{RMS}}(x)$. Write `scale_free_outliers(acts, threshold)`, returning the
+# dimensions where some token passes it, and check it against `resid.stats.outlier_dims(...,
+# relative=True)` at the boundary with the largest kurtosis. **Predict** first: multiply the
+# stream by 10; does the set of scale-free outlier dimensions change? The absolute test's?
+
+# %% tags=["starter"]
+exercises.predict("1.4", ...)  # "yes" or "no"
+
+
+def scale_free_outliers(acts: torch.Tensor, threshold: float) -> torch.Tensor:
+    """The sorted dims where some token has |x_i| > threshold × the RMS of its own vector."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("1.4", scale_free_outliers)
+
+
+# %% tags=["hide-cell", "solution"]
+def scale_free_outliers(acts: torch.Tensor, threshold: float) -> torch.Tensor:
+    flat = acts.reshape(-1, acts.shape[-1]).float()
+    token_rms = flat.pow(2).mean(-1, keepdim=True).sqrt()
+    return torch.nonzero((flat.abs() > threshold * token_rms).any(0)).flatten()
+
+
+x = resid_stream[int(kurt.argmax())]
+mine, scaled = scale_free_outliers(x, 6.0), scale_free_outliers(10 * x, 6.0)
+absolute, absolute_scaled = stats.outlier_dims(x), stats.outlier_dims(10 * x)
+check_rows.append(claims.check(
+    "scale-free outliers by hand equal resid.stats', and do not move when the stream is scaled",
+    torch.equal(mine, stats.outlier_dims(x, relative=True)) and torch.equal(mine, scaled),
+    f"{len(mine)} dims at ×1 and ×10; the absolute test: {len(absolute)} and {len(absolute_scaled)}",
+))  # fmt: skip
+print(f"scale-free: {len(mine)} dims, the same after ×10; absolute |x| > 6: {len(absolute)} dims, "
+      f"{len(absolute_scaled)} after ×10")  # fmt: skip
+exercises.predict("1.4", "no")
+assert exercises.check("1.4", scale_free_outliers)
 
 # %% [markdown]
 # ## Checks
@@ -374,7 +461,7 @@ print(f"boundary {heaviest}: kurtosis {kurt[heaviest]:.1f}; without dim {largest
 # chapter). The rotated control belongs here: a Haar rotation makes any vector uniform on its
 # sphere, whatever the model learned, so its ≈ 3 is a check of the code, never a reproduction.
 
-# %%
+# %% tags=["checks"]
 windows, positions_per_window = tokens.shape
 # per window: which dimensions some token of the window makes a scale-free outlier, and the
 # window's mean per-token kurtosis, at every boundary

@@ -68,7 +68,7 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, claims, experiments, progress, stats
+from resid import book, claims, exercises, experiments, progress, stats
 from resid.model import Transformer
 from resid.train import measure, run_history, train
 
@@ -122,14 +122,30 @@ sanity.style.format({"kurtosis": "{:.2f}"}).hide(axis="index")
 # first $k$ columns of `gaussian`). Where does the formula fail, and why? (The metric is a mean
 # over tokens of a ratio computed from one token's $d$ entries.)
 
+# %% tags=["starter"]
+exercises.predict("2.1", ...)  # your prediction, from the formula: the metric for k=4, d=128, s=8
+
+
+def formula(k: int, d: int, s: float) -> float:
+    """The kurtosis of one entry when k of d Gaussian coordinates have standard deviation s."""
+    raise NotImplementedError  # your code here
+
+
+measured = {k: ... for k in (1, 4, 16, 32, 64)}  # the metric of `gaussian`, first k columns scaled by 8
+exercises.check("2.1", formula, measured)
+
+
 # %% tags=["hide-cell", "solution"]
+def formula(k: int, d: int, s: float) -> float:
+    return 3 * d * (k * s**4 + d - k) / (k * s**2 + d - k) ** 2
+
+
 d, s_heavy = gaussian.shape[1], 8.0
 rows = []
 for k in (1, 4, 16, 32, 64):
     scaled = gaussian.clone()
     scaled[:, :k] *= s_heavy
-    formula = 3 * d * (k * s_heavy**4 + d - k) / (k * s_heavy**2 + d - k) ** 2
-    rows.append({"k": k, "formula": formula, "measured": stats.kurtosis_metric(scaled)})
+    rows.append({"k": k, "formula": formula(k, d, s_heavy), "measured": stats.kurtosis_metric(scaled)})
 formula_check = pd.DataFrame(rows).set_index("k")
 # With many heavy coordinates every token sees enough of them for its own ratio to be right;
 # with one or four, most tokens' heavy entries happen to be small, and the mean of the
@@ -140,6 +156,8 @@ check_rows.append(claims.check(
     (ratio.loc[[32, 64]] - 1).abs().max() < 0.1 and (ratio.loc[[1, 4]] < 0.8).all(),
     "measured / formula: " + ", ".join(f"k={k}: {r:.2f}" for k, r in ratio.items()),
 ))  # fmt: skip
+exercises.predict("2.1", formula(4, d, s_heavy))
+assert exercises.check("2.1", formula, formula_check["measured"].to_dict())
 formula_check.style.format("{:.1f}")
 
 # %% [markdown]
@@ -205,14 +223,30 @@ display(
 # first evaluation step at which some layer's kurtosis exceeds 5, or none. **Predict** first:
 # do the runs with a higher learning rate cross earlier, later, or not at all?
 
+
+# %% tags=["starter"]
+def first_crossing(blocks: pd.DataFrame, threshold: float) -> dict:
+    """For each run, the first evaluation step at which some layer's kurtosis exceeds the
+    threshold, or None if none does."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("2.2", first_crossing)
+
+
 # %% tags=["hide-cell", "solution"]
+def first_crossing(blocks: pd.DataFrame, threshold: float) -> dict:
+    by_step = blocks.groupby(["run", "step"])["kurtosis"].max().reset_index()  # the heaviest layer
+    return {
+        run: (group.loc[group["kurtosis"] > threshold, "step"].min() if (group["kurtosis"] > threshold).any()
+              else None)
+        for run, group in by_step.groupby("run", sort=False)
+    }  # fmt: skip
+
+
 threshold = 5.0
 by_step = blocks.groupby(["run", "step"])["kurtosis"].max().reset_index()
-crossing = {
-    run: (group.loc[group["kurtosis"] > threshold, "step"].min() if (group["kurtosis"] > threshold).any()
-          else None)
-    for run, group in by_step.groupby("run", sort=False)
-}  # fmt: skip
+crossing = first_crossing(blocks, threshold)
 first_is_first = []
 for run, step in crossing.items():
     group = by_step[by_step.run == run]
@@ -222,6 +256,7 @@ for run, step in crossing.items():
         first_is_first.append((group.loc[group.step < step, "kurtosis"] <= threshold).all()
                               and group.loc[group.step == step, "kurtosis"].max() > threshold)  # fmt: skip
 check_rows.append(claims.check("each crossing step found is the first", all(first_is_first)))
+assert exercises.check("2.2", first_crossing)
 pd.Series({run: "never" if step is None else int(step) for run, step in crossing.items()},
           name=f"first step with kurtosis > {threshold:g}").to_frame()  # fmt: skip
 
@@ -335,13 +370,32 @@ per_layer.style.format("{:.2f}")
 # boundary, the kurtosis metric and its rotated control with `resid.stats`. **Predict** before
 # running: which of the two can you be sure of without training?
 
-# %% tags=["hide-cell", "solution"]
+# %% tags=["starter"]
+exercises.predict("2.3", ...)  # "kurtosis" or "rotated": which can you be sure of without training?
+
+
+def boundary_kurtosis(model, tokens: torch.Tensor) -> pd.DataFrame:
+    """One row per layer boundary (the embedding is boundary 0): layer, kurtosis, rotated."""
+    raise NotImplementedError  # your code here
+
+
 tiny = experiments.quick_config(experiments.REGIME)
 tiny_model = train(tiny, progress=False).model
-stream = tiny_model.residual_stream(experiments.held_out_tokens(tiny, 4))
-own = pd.DataFrame([{"layer": i, "kurtosis": stats.kurtosis_metric(acts),
-                     "rotated": stats.rotated_kurtosis(acts, 4, seed=experiments.CONTROL_SEED)[0]}
-                    for i, acts in enumerate(stream)])  # fmt: skip
+exercises.check("2.3", boundary_kurtosis, model=tiny_model, tokens=experiments.held_out_tokens(tiny, 4))
+
+
+# %% tags=["hide-cell", "solution"]
+def boundary_kurtosis(model, tokens: torch.Tensor) -> pd.DataFrame:
+    stream = model.residual_stream(tokens)  # [boundary, token, d_model]
+    return pd.DataFrame([{"layer": i, "kurtosis": stats.kurtosis_metric(acts),
+                          "rotated": stats.rotated_kurtosis(acts, 4, seed=experiments.CONTROL_SEED)[0]}
+                         for i, acts in enumerate(stream)])  # fmt: skip
+
+
+tiny = experiments.quick_config(experiments.REGIME)
+tiny_model = train(tiny, progress=False).model
+tiny_tokens = experiments.held_out_tokens(tiny, 4)
+own = boundary_kurtosis(tiny_model, tiny_tokens)
 # the control: a rotated vector's entries are close to Gaussian whatever the model learned
 # (a little below 3 at this width: the sample kurtosis of d Gaussians averages 3(d-1)/(d+1))
 d_tiny = tiny.model.d_model
@@ -350,6 +404,8 @@ check_rows.append(claims.check(
     (own["rotated"] - 3 * (d_tiny - 1) / (d_tiny + 1)).abs().max() < 0.4,
     f"{own['rotated'].min():.2f} to {own['rotated'].max():.2f} against {3 * (d_tiny - 1) / (d_tiny + 1):.2f}",
 ))  # fmt: skip
+exercises.predict("2.3", "rotated")  # a rotated vector's entries are near Gaussian, whatever was learned
+assert exercises.check("2.3", boundary_kurtosis, model=tiny_model, tokens=tiny_tokens)
 own.style.format("{:.2f}").hide(axis="index")
 
 # %% [markdown]
@@ -373,12 +429,59 @@ display(Markdown(
 ))  # fmt: skip
 
 # %% [markdown]
+# ### Exercise 2.4: an interval over seeds
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
+# Every claim of this chapter is a mean over the regime's seeds with a 95% Student's $t$
+# interval. Write `t_interval(values, level)` returning `(mean, low, high)`, with the sample
+# standard deviation and `scipy.stats.t.ppf`, and check it against `resid.stats.t_interval` on
+# the heaviest boundary's excess kurtosis per seed. **Predict** first: with the same standard
+# deviation, how many times wider is an interval over 3 seeds than over 5?
+
+# %% tags=["starter"]
+exercises.predict("2.4", ...)  # a number
+
+
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and its Student's t interval over the values."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("2.4", t_interval)
+
+# %% tags=["hide-cell", "solution"]
+from scipy import stats as scipy_stats  # noqa: E402
+
+
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    x = np.asarray(values, dtype=float)
+    half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return x.mean(), x.mean() - half, x.mean() + half
+
+
+excess = chosen["excess"].loc[list(seeds)].to_numpy(dtype=float)
+mine = t_interval(excess)
+check_rows.append(claims.check("a t interval by hand equals resid.stats.t_interval",
+                               np.allclose(mine, stats.t_interval(excess), rtol=1e-9)))  # fmt: skip
+if len(excess) >= 3:
+    width = {n: scipy_stats.t.ppf(0.975, n - 1) / np.sqrt(n) for n in (3, len(excess))}
+    print(
+        f"excess kurtosis {mine[0]:.2f} [{mine[1]:.2f}, {mine[2]:.2f}] over {len(excess)} seeds; with the "
+        f"same sd, 3 seeds give an interval {width[3] / width[len(excess)]:.2f}× as wide"
+    )
+else:
+    print(f"excess kurtosis {mine[0]:.2f} [{mine[1]:.2f}, {mine[2]:.2f}] over {len(excess)} seeds")
+exercises.predict("2.4", 2.0)  # (t_.975,2 / √3) / (t_.975,4 / √5) = (4.30 / 1.73) / (2.78 / 2.24)
+assert exercises.check("2.4", t_interval)
+
+# %% [markdown]
 # ## Checks
 #
 # The identities and sanity properties asserted along the way (a failing one stops the
 # chapter). They are never counted as reproductions.
 
-# %%
+# %% tags=["checks"]
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]

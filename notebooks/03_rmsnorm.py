@@ -145,6 +145,20 @@ summary.style.format({"kurtosis": "{:.2f}", "rotated control": "{:.3f}"})
 # the gains our trained model learned (`blocks[0].ln2` of the first seed's RMSNorm run); LayerNorm
 # with unit gain. Check with `resid.model.Norm` and `resid.stats.haar_rotation`.
 
+# %% tags=["starter"]
+from resid import exercises  # the exercises' checks
+
+# which commute? a set, of "basisfree", "rmsnorm", "rmsnorm trained" and "layernorm"
+exercises.predict("3.1", ...)
+
+
+def rotation_gap(norm: torch.nn.Module, x: torch.Tensor, rotation: torch.Tensor) -> float:
+    """max |N(xR) - N(x)R| over every entry."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("3.1", rotation_gap)
+
 # %% tags=["hide-cell", "solution"]
 d = base.model.d_model
 rms_model = train(experiments.variant("rmsnorm", seeds[0], base), progress=False).model
@@ -175,6 +189,18 @@ pd.Series(gap_after_rotation, name="max |N(xR) - N(x)R|").to_frame().style.forma
 # with `resid.model.fold_norm_gains`, which folds every norm. **Predict**: after folding, is the
 # model's forward pass basis-free?
 
+# %% tags=["starter"]
+exercises.predict("3.2", ...)  # "yes" or "no": after folding, is the forward pass basis-free?
+
+
+def fold_ln2_gain(model):
+    """A copy of the model with blocks[0].ln2's gain folded into blocks[0].mlp.W_in."""
+    raise NotImplementedError  # your code here
+
+
+rms_model = train(experiments.variant("rmsnorm", seeds[0], base), progress=False).model
+exercises.check("3.2", fold_ln2_gain, model=rms_model, tokens=tokens)
+
 # %% tags=["hide-cell", "solution"]
 with torch.no_grad():
     loss = rms_model.loss(tokens).item()
@@ -203,6 +229,18 @@ print(f"loss {loss:.6f}; gain folded by hand {loss_by_hand:.6f}; every gain fold
 # whole stream. **Predict** how many such vectors each of the three trained models has, then
 # count them.
 
+# %% tags=["starter"]
+exercises.predict("3.3", ...)  # {"basisfree": how many?, "rmsnorm": ..., "layernorm": ...}
+
+
+def per_channel_vectors(model) -> list[str]:
+    """The names of the model's parameters of shape (d_model,)."""
+    raise NotImplementedError  # your code here
+
+
+models = {name: train(experiments.variant(name, seeds[0], base), progress=False).model for name in names}
+exercises.check("3.3", per_channel_vectors, models=models)
+
 # %% tags=["hide-cell", "solution"]
 per_channel = {}
 for name in names:
@@ -222,7 +260,7 @@ pd.Series({k: len(v) for k, v in per_channel.items()}, name="per-channel vectors
 # The identities and sanity properties asserted along the way (a failing one stops the
 # chapter). They are never counted as reproductions.
 
-# %%
+# %% tags=["checks"]
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]

@@ -195,6 +195,19 @@ display(Markdown(
 # unrotated output matrix of block 0's MLP (`blocks[0].mlp.W_out`), as a bug in a hand-written
 # rotation would. **Predict**: does the loss move by float noise, by a little, or by a lot?
 
+# %% tags=["starter"]
+from resid import exercises  # the exercises' checks
+
+exercises.predict("4.1", ...)  # "float noise", "a little" or "a lot"
+
+
+def rotate_but_forget(model, rotation: torch.Tensor):
+    """rotate_residual(model, rotation), with blocks[0].mlp.W_out put back unrotated."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("4.1", rotate_but_forget, model=trained("basisfree", seeds[0]).model, tokens=tokens)
+
 # %% tags=["hide-cell", "solution"]
 model64 = copy.deepcopy(trained("basisfree", seeds[0]).model).double()
 rotation = stats.haar_rotation(base.model.d_model, seed=7, dtype=torch.float64)
@@ -321,6 +334,17 @@ display(Markdown(
 # another dimension, apply it to the folded model with `rotate_residual`, and compare the logits
 # and the largest entry at that layer. **Predict** both before running.
 
+# %% tags=["starter"]
+exercises.predict("4.2", ...)  # the largest entry after the turn, as a fraction of before
+
+
+def givens(d: int, i: int, j: int, angle: float) -> torch.Tensor:
+    """The d x d rotation by `angle` in the plane of coordinates i and j, the identity elsewhere."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("4.2", givens)
+
 # %% tags=["hide-cell", "solution"]
 peak_layer = int(max_before.argmax())
 massive_dim = int(before[peak_layer].abs().amax(dim=0).argmax())
@@ -417,6 +441,18 @@ display(summary)
 # of which tensor you can build from the residual stream alone? Check it with
 # `model.run_with_cache` for every block.
 
+# %% tags=["starter"]
+exercises.predict("4.3", ...)  # "residual" or "residual @ R_mlp_in"
+
+
+def rotated_residual_kurtosis(model, tokens: torch.Tensor) -> list[float]:
+    """For each block, the kurtosis of its hook_resid_mid activations times its R_mlp_in."""
+    raise NotImplementedError  # your code here
+
+
+shared = trained("shared rotation", seeds[0]).model
+exercises.check("4.3", rotated_residual_kurtosis, model=shared, tokens=tokens)
+
 # %% tags=["hide-cell", "solution"]
 shared = trained("shared rotation", seeds[0]).model
 hooks = [f"blocks.{i}.hook_{p}" for i in range(base.model.n_layers) for p in ("resid_mid", "mlp_in")]
@@ -500,7 +536,7 @@ display(Markdown(
 # The identities and sanity properties asserted along the way (a failing one stops the
 # chapter). They are never counted as reproductions.
 
-# %%
+# %% tags=["checks"]
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]

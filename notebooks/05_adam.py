@@ -123,6 +123,21 @@ claim_rows, check_rows = [], []
 # of each on a $64 \times 32$ matrix with a fixed gradient.
 
 
+# %% tags=["starter"]
+from resid import exercises  # the exercises' checks
+
+exercises.predict("5.1", ...)  # the set of those that commute: {"SGD", "AdamW", "Muon", "RotatedAdamW"}?
+
+
+def relative_gap(make, W: torch.Tensor, G: torch.Tensor, P: torch.Tensor, Q: torch.Tensor) -> float:
+    """Three steps of make([p]) from (W, G) and from (PᵀWQ, PᵀGQ): the largest entry of
+    Pᵀ W_new Q minus the rotated run's result, over the largest entry of the step W_new - W."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("5.1", relative_gap)
+
+
 # %% tags=["hide-cell", "solution"]
 def steps(make, w: torch.Tensor, g: torch.Tensor, n: int = 3) -> torch.Tensor:
     p = torch.nn.Parameter(w.clone())
@@ -178,6 +193,17 @@ gaps.style.format("{:.1e}")
 # tiny $\epsilon$, no weight decay), then check it. What does that update do to a gradient that
 # points along a random direction rather than a coordinate axis? Finally, check that
 # `RotatedAdamW(identity=True)` takes exactly AdamW's steps.
+
+# %% tags=["starter"]
+exercises.predict("5.2", ...)  # the cosine between AdamW's first step and a Gaussian gradient
+
+
+def first_step(G: torch.Tensor, lr: float) -> torch.Tensor:
+    """AdamW's first update of a parameter with gradient G (no weight decay, tiny epsilon)."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("5.2", first_step)
 
 # %% tags=["hide-cell", "solution"]
 first = steps(lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.0), W, G, n=1)
@@ -529,11 +555,22 @@ plt.show()
 # %% [markdown]
 # ### Exercise 5.3: where the energy sits
 #
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
 # The "top-4 energy share" is the fraction of the residual stream's squared norm (summed over
 # tokens) held by its four heaviest coordinates; $4/d$ for a basis-free representation. Compute
 # it yourself for the last layer boundary of the AdamW and SGD models of the first confirming
 # seed (`model.residual_stream(tokens)[-1]`), check it against `resid.stats.top_energy_share`,
 # and **predict** first which of the two is further above $4/d$.
+
+
+# %% tags=["starter"]
+def top4_share(acts: torch.Tensor) -> float:
+    """The share of the squared activation, summed over tokens, held by the 4 heaviest coordinates."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("5.3", top4_share)
 
 
 # %% tags=["hide-cell", "solution"]
@@ -564,7 +601,7 @@ print(
 # The identities and sanity properties asserted along the way (a failing one stops the
 # chapter). They are never counted as reproductions.
 
-# %%
+# %% tags=["checks"]
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]

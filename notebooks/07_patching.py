@@ -65,7 +65,7 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import behaviours, book, claims, patching, stats
+from resid import behaviours, book, claims, exercises, patching, stats
 from resid.cache import Head
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -152,6 +152,13 @@ print(
 # have the same token, what does patching change? Where they differ? What must the lost
 # fractions, $1 - $ recovered, add up to over the row? Check.
 
+# %% tags=["starter"]
+exercises.predict("7.1", ...)  # the sum over the first row of the lost fractions, 1 - recovered
+
+
+lost_sum = ...  # now compute it from recovered[0]
+exercises.check("7.1", lost_sum, recovered_row=recovered[0])
+
 # %% tags=["hide-cell", "solution"]
 differs = (clean != counterfactual).any(0)  # positions where some prompt has a different token
 lost = 1 - recovered[0]
@@ -164,6 +171,8 @@ check_rows.append(claims.check(
 ))  # fmt: skip
 print(f"layer 0: nothing lost where the prompts agree; {lost[differs].sum().item():.4f} of the logit "
       f"difference lost over the {int(differs.sum())} position(s) where they differ.")  # fmt: skip
+exercises.predict("7.1", 1.0)
+assert exercises.check("7.1", lost.sum().item(), recovered_row=recovered[0])
 
 # %% [markdown]
 # ## Every head, four interventions, two metrics
@@ -271,6 +280,8 @@ display(pd.DataFrame(head_rows).style.hide(axis="index"))
 # %% [markdown]
 # ### Exercise 7.2: patch one head by hand, and patch with the clean value
 #
+# *Predict, then code and check · difficulty 3 of 3 · about 25 minutes*
+#
 # Resample-patch the head whose resampling hurts most, with a hook of your own: in
 # `model.hooks([(f"blocks.{L}.attn.hook_z", fn)])`, `fn(z, hook)` returns `z` with head `H`'s
 # slice replaced by the counterfactual's (from `model.run_with_cache(counterfactual, [name])`).
@@ -279,21 +290,39 @@ display(pd.DataFrame(head_rows).style.hide(axis="index"))
 # with its own clean value (the clean prompts as their own counterfactual), and check it on
 # four prompts.
 
-# %% tags=["hide-cell", "solution"]
+# %% tags=["starter"]
+exercises.predict("7.2", ...)  # the largest change when every head is patched with its own clean value
+
+
+def resample_head(model, clean, counterfactual, metric, layer: int, head: int) -> float:
+    """The metric (mean over prompts) with head `head` of `layer` taking its hook_z from the
+    counterfactual run, at every position."""
+    raise NotImplementedError  # your code here
+
+
 worst = int(effects[("resample", "logit difference")].flatten().argmin())
 layer, head = divmod(worst, model.cfg.n_heads)
-name = f"blocks.{layer}.attn.hook_z"
-_, counterfactual_cache = model.run_with_cache(counterfactual, [name])
+exercises.check("7.2", resample_head, model=model, clean=clean, counterfactual=counterfactual,
+                metric=logit_diff, layer=layer, head=head)  # fmt: skip
 
 
-def resample_one_head(z: torch.Tensor, hook) -> torch.Tensor:
-    z = z.clone()
-    z[:, :, head] = counterfactual_cache[name][:, :, head]
-    return z
+# %% tags=["hide-cell", "solution"]
+def resample_head(model, clean, counterfactual, metric, layer: int, head: int) -> float:
+    name = f"blocks.{layer}.attn.hook_z"
+    _, counterfactual_cache = model.run_with_cache(counterfactual, [name])
+
+    def resample_one_head(z: torch.Tensor, hook) -> torch.Tensor:  # z: [batch, pos, head, d_head]
+        z = z.clone()
+        z[:, :, head] = counterfactual_cache[name][:, :, head]
+        return z
+
+    with torch.no_grad():
+        return metric(model.run_with_hooks(clean, [(name, resample_one_head)])[:, -1]).mean().item()
 
 
-with torch.no_grad():
-    by_hand = logit_diff(model.run_with_hooks(clean, [(name, resample_one_head)])[:, -1]).mean().item()
+worst = int(effects[("resample", "logit difference")].flatten().argmin())
+layer, head = divmod(worst, model.cfg.n_heads)
+by_hand = resample_head(model, clean, counterfactual, logit_diff, layer, head)
 from_map = effects[("resample", "logit difference")][layer, head].item()
 few = slice(0, 4)
 unchanged = patching.patch_heads(model, clean[few], clean[few], patching.LogitDiff(answers[few], foils[few]))
@@ -308,6 +337,9 @@ check_rows += [
 ]  # fmt: skip
 print(f"{Head(layer, head)}: Δ logit diff {by_hand - clean_ld:+.3f} by hand, {from_map:+.3f} in the map. "
       f"Clean patches: largest change {(unchanged - reference).abs().max().item():.1e}.")  # fmt: skip
+exercises.predict("7.2", 0.0)
+assert exercises.check("7.2", resample_head, model=model, clean=clean, counterfactual=counterfactual,
+                       metric=logit_diff, layer=layer, head=head)  # fmt: skip
 
 # %% [markdown]
 # ## Path patching: which heads feed the name movers?
@@ -527,6 +559,13 @@ print(f"induction model: clean logit diff {small_clean_ld:.2f}, counterfactual {
 # holds none. Check both on the induction model. Why is the second one not obvious for a graph
 # whose only inputs are the embedding's edges?
 
+# %% tags=["starter"]
+exercises.predict("7.3", ...)  # (the fraction recovered with every edge kept, with none)
+
+
+all_kept, none_kept = ..., ...  # small_recovered of every edge in small_graph.allowed, and of none
+exercises.check("7.3", all_kept, none_kept)
+
 # %% tags=["hide-cell", "solution"]
 every_edge = small_graph.allowed.clone()
 no_edge = torch.zeros_like(small_graph.allowed)
@@ -536,6 +575,59 @@ check_rows.append(claims.check("a circuit of every edge recovers everything, one
                                f"{all_kept:.4f} and {none_kept:.4f}"))  # fmt: skip
 print(f"every edge kept: {all_kept:.4f}; none: {none_kept:.4f}. With none kept every node reads only "
       "corrupted values, including the embedding's, so the run is the counterfactual's exactly.")  # fmt: skip
+exercises.predict("7.3", (1.0, 0.0))
+assert exercises.check("7.3", all_kept, none_kept)
+
+# %% [markdown]
+# ### Exercise 7.4: denoise one position by hand
+#
+# *Coding · difficulty 2 of 3 · about 20 minutes*
+#
+# The residual map patches one layer and one position at a time. Write it for one cell:
+# `patch_position(model, clean, counterfactual, metric, layer, position)` runs the clean prompts
+# with `blocks.{{layer}}.hook_resid_pre` at `position` taken from the counterfactual run, and
+# returns the metric's mean. Check it against the map's entry at the layer where the final
+# position starts to matter (`move_layer`) and at S2.
+
+
+# %% tags=["starter"]
+def patch_position(model, clean, counterfactual, metric, layer: int, position: int) -> float:
+    """The metric (mean over prompts) with the residual before block `layer`, at `position`, from
+    the counterfactual run."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("7.4", patch_position, model=model, clean=clean, counterfactual=counterfactual,
+                metric=logit_diff, layer=min(move_layer, model.cfg.n_layers - 1), position=s2)  # fmt: skip
+
+
+# %% tags=["hide-cell", "solution"]
+def patch_position(model, clean, counterfactual, metric, layer: int, position: int) -> float:
+    name = f"blocks.{layer}.hook_resid_pre"
+    _, counterfactual_cache = model.run_with_cache(counterfactual, [name])
+
+    def patch(resid: torch.Tensor, hook) -> torch.Tensor:
+        resid = resid.clone()
+        resid[:, position] = counterfactual_cache[name][:, position]
+        return resid
+
+    with torch.no_grad():
+        return metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]).mean().item()
+
+
+patch_layer = min(move_layer, model.cfg.n_layers - 1)
+by_hand = {where: patch_position(model, clean, counterfactual, logit_diff, patch_layer, where)
+           for where in (s2, clean.shape[1] - 1)}  # fmt: skip
+from_map = {where: resid_by_prompt[patch_layer, where].mean().item() for where in by_hand}
+check_rows.append(claims.check(
+    "one cell of the residual map, patched by hand, equals the map",
+    all(abs(by_hand[w] - from_map[w]) < 1e-3 * max(1.0, abs(from_map[w])) for w in by_hand),
+))  # fmt: skip
+print(f"layer {patch_layer}: logit difference {by_hand[s2]:.3f} with S2 patched, "
+      f"{by_hand[clean.shape[1] - 1]:.3f} with the final position patched (the map: "
+      f"{from_map[s2]:.3f}, {from_map[clean.shape[1] - 1]:.3f})")  # fmt: skip
+assert exercises.check("7.4", patch_position, model=model, clean=clean, counterfactual=counterfactual,
+                       metric=logit_diff, layer=patch_layer, position=s2)  # fmt: skip
 
 # %% [markdown]
 # ## Checks
@@ -543,7 +635,7 @@ print(f"every edge kept: {all_kept:.4f}; none: {none_kept:.4f}. With none kept e
 # The identities and sanity properties asserted along the way (a failing one stops the
 # chapter). They are never counted as reproductions.
 
-# %%
+# %% tags=["checks"]
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]

@@ -73,7 +73,7 @@ import torch.nn.functional as F
 from IPython.display import Markdown, display
 
 import resid
-from resid import book, claims, data, experiments, heads, hooks, stats
+from resid import book, claims, data, exercises, experiments, heads, hooks, stats
 from resid.cache import Head
 from resid.train import PRESETS, measure, train
 
@@ -154,6 +154,8 @@ display(
 # %% [markdown]
 # ### Exercise 8.1: an induction score of your own
 #
+# *Coding · difficulty 2 of 3 · about 15 minutes*
+#
 # On `small_tokens` (random tokens, the last `period` of them repeating the `period` before),
 # an induction head at query position $q$ in the repeat attends to $q - \text{period} + 1$: the
 # token *after* the previous occurrence of the current one. Read the attention pattern of the
@@ -161,16 +163,33 @@ display(
 # key]`) and compute its score: the mean of that attention weight over the repeat's queries and
 # the batch. Check it against `small_scores`.
 
+# %% tags=["starter"]
+
+
+def induction_score(pattern: torch.Tensor, period: int) -> float:
+    """pattern: [batch, query, key]. The mean attention from each query q of the repeat (the
+    last `period` positions) to key q - period + 1."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("8.1", induction_score)
+
+
 # %% tags=["hide-cell", "solution"]
+def induction_score(pattern: torch.Tensor, period: int) -> float:
+    queries = torch.arange(pattern.shape[-1] - period, pattern.shape[-1])  # the repeat
+    return pattern[:, queries, queries - period + 1].mean().item()
+
+
 best = small_scores.loc[small_scores["induction"].idxmax()]
 layer, head = int(best.layer), int(best["head"])
 _, pattern_cache = small.model.run_with_cache(small_tokens, [f"blocks.{layer}.attn.hook_pattern"])
 pattern = pattern_cache[f"blocks.{layer}.attn.hook_pattern"][:, head]  # [batch, query, key]
-queries = torch.arange(small_tokens.shape[1] - period, small_tokens.shape[1])
-my_score = pattern[:, queries, queries - period + 1].mean().item()
+my_score = induction_score(pattern, period)
 check_rows.append(claims.check("an induction score by hand equals heads.head_scores",
                                abs(my_score - best["induction"]) < 1e-5))  # fmt: skip
 print(f"{Head(layer, head)}: {my_score:.3f} by hand, {best['induction']:.3f} from heads.head_scores")
+assert exercises.check("8.1", induction_score)
 
 # %% [markdown]
 # The mechanism is the one {cite:t}`olsson2022induction` describe: previous-token heads in layer 0, induction
@@ -272,6 +291,13 @@ print(
 # tokens). Which of the two models should come close to its bound, and why? Check both with
 # `heads.in_context_losses`.
 
+# %% tags=["starter"]
+exercises.predict("8.2", ...)  # the lowest mean first-pass loss for uniformly random bytes, in nats
+
+
+bound = ...  # the same bound, worked out from first principles
+exercises.check("8.2", bound)
+
 # %% tags=["hide-cell", "solution"]
 small_first, small_repeat = heads.in_context_losses(
     small.model, small_tokens, start=small_tokens.shape[1] - period
@@ -290,6 +316,8 @@ losses_vs_bound = pd.DataFrame({
     "first pass": {"small model": small_first, model_name: first_pass},
     "repeat": {"small model": small_repeat, model_name: repeat_pass},
 })  # fmt: skip
+exercises.predict("8.2", float(bounds["small model"]))
+assert exercises.check("8.2", float(np.log(256)))
 losses_vs_bound.style.format("{:.2f}")
 
 # %% [markdown]
@@ -387,10 +415,25 @@ print(
 # whose largest entry is on the diagonal. **Predict** before running: is the strongest copier
 # also one of SmolLM2's top induction heads?
 
+
+# %% tags=["starter"]
+def copying_score(ov: torch.Tensor) -> float:
+    """The fraction of rows of an OV circuit (rows: attended token) whose largest entry is on the diagonal."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("8.3", copying_score)
+
 # %% tags=["hide-cell", "solution"]
 layer, head = int(copier.layer), int(copier["head"])
 ov = heads.ov_circuit(model, layer, head, frequent)
-my_copying = (ov.argmax(1) == torch.arange(len(frequent))).float().mean().item()
+
+
+def copying_score(ov: torch.Tensor) -> float:
+    return (ov.argmax(1) == torch.arange(len(ov))).float().mean().item()  # diagonal is the row's top
+
+
+my_copying = copying_score(ov)
 check_rows.append(claims.check("a copying score by hand equals heads.copy_scores",
                                abs(my_copying - copier["copying"]) < 1e-6))  # fmt: skip
 is_induction = (layer, head) in top5
@@ -398,6 +441,7 @@ print(f"{Head(layer, head)}: copying {my_copying:.0%} by hand; "
       + ("it is one of the top-5 induction heads" if is_induction else
          "it is not among the top-5 induction heads: copying what you attend to is half of induction; "
          "the other half is attending to the right token"))  # fmt: skip
+assert exercises.check("8.3", copying_score)
 
 # %% [markdown]
 # On real text, what does each of the two do to the token it attends to most? Its direct
@@ -548,12 +592,46 @@ print(f"outlier dims: {outliers}; loss intact {intact.mean():.3f} nats per token
 display(summary.style.format(precision=3).hide(axis="index"))
 
 # %% [markdown]
+# ### Exercise 8.4: a previous-token score of your own
+#
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
+# A previous-token head at query $q$ attends to $q - 1$. Write its score on a pattern
+# `[batch, query, key]`: the mean of that weight over every query that has a previous token and
+# over the batch. Check it on the small model's best previous-token head against `small_scores`.
+
+
+# %% tags=["starter"]
+def previous_token_score(pattern: torch.Tensor) -> float:
+    """pattern: [batch, query, key]. The mean attention from each query q >= 1 to key q - 1."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("8.4", previous_token_score)
+
+
+# %% tags=["hide-cell", "solution"]
+def previous_token_score(pattern: torch.Tensor) -> float:
+    queries = torch.arange(1, pattern.shape[-1])
+    return pattern[:, queries, queries - 1].mean().item()
+
+
+best_previous = small_scores.loc[small_scores["previous"].idxmax()]
+layer, head = int(best_previous.layer), int(best_previous["head"])
+_, pattern_cache = small.model.run_with_cache(small_tokens, [f"blocks.{layer}.attn.hook_pattern"])
+mine = previous_token_score(pattern_cache[f"blocks.{layer}.attn.hook_pattern"][:, head])
+check_rows.append(claims.check("a previous-token score by hand equals heads.head_scores",
+                               abs(mine - best_previous["previous"]) < 1e-5))  # fmt: skip
+print(f"{Head(layer, head)}: {mine:.3f} by hand, {best_previous['previous']:.3f} from heads.head_scores")
+assert exercises.check("8.4", previous_token_score)
+
+# %% [markdown]
 # ## Checks
 #
 # The identities and sanity properties asserted along the way (a failing one stops the
 # chapter). They are never counted as reproductions.
 
-# %%
+# %% tags=["checks"]
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]

@@ -285,6 +285,17 @@ display(Markdown(
 # and whether `plans.reverse(T, 10, 11)` equals `plans.swap(T, 10)`. Check with
 # `plans.run_plan` on two windows.
 
+# %% tags=["starter"]
+from resid import exercises  # the exercises' checks
+
+exercises.predict(
+    "9.1", ...
+)  # {"parallel(10, 10)": True or False, "middle_repeat(10, 10)": ..., "parallel(10, 11)": ...}
+
+
+identical = ...  # the same dict, found with plans.run_plan on two windows
+exercises.check("9.1", identical, model=model, tokens=windows[:2].to(device))
+
 # %% tags=["hide-cell", "solution"]
 two = windows[:2].to(device)
 full_logits = plans.run_plan(model, two, plans.identity(T))
@@ -408,11 +419,22 @@ display(variant_table)
 # %% [markdown]
 # ### Exercise 9.2: a parallel step by hand
 #
+# *Coding · difficulty 2 of 3 · about 20 minutes*
+#
 # Run SmolLM2 with layers 10–13 in parallel without `resid.plans`: embed the tokens
 # (`model.embed_tokens`), get the rotary tables and mask from `model.context(n_positions)`, run
 # the blocks in order up to 9, then give blocks 10–13 the same input and average their outputs,
 # then the rest, then `model.to_logits`. Check against `plans.run_plan(model, tokens,
 # plans.parallel(T, 10, 13))`.
+
+
+# %% tags=["starter"]
+def parallel_logits(model, tokens: torch.Tensor, first: int, last: int) -> torch.Tensor:
+    """The logits with blocks first..last run on one input and their outputs averaged, by hand."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("9.2", parallel_logits, model=model, tokens=windows[:2].to(device), first=10, last=13)
 
 # %% tags=["hide-cell", "solution"]
 with torch.no_grad():
@@ -436,6 +458,17 @@ print("the same logits")
 # the outputs of $M$ blocks that read the same $x$ adds the *mean* of their updates. **Predict**:
 # is the parallel step's update of layers 10–13 larger or smaller than the sequential blocks'
 # total update, and by roughly what factor? Check the norms on the two windows.
+
+# %% tags=["starter"]
+exercises.predict("9.3", ...)  # how many times larger the sequential update is than the parallel one
+
+
+def update_norms(model, tokens: torch.Tensor, first: int, last: int) -> tuple[float, float]:
+    """The median per-token norm of the parallel step's update, and of the sequential blocks' total update."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("9.3", update_norms, model=model, tokens=windows[:2].to(device), first=10, last=13)
 
 # %% tags=["hide-cell", "solution"]
 with torch.no_grad():
@@ -639,7 +672,7 @@ for key, values in measures.items():
 claim_rows.sort(key=lambda row: list(criteria).index(row["id"]))
 claims.table(claim_rows).style.hide(axis="index")
 
-# %%
+# %% tags=["checks"]
 pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]

@@ -28,9 +28,10 @@ def toc_files() -> list[str]:
 
 def test_every_chapter_is_in_the_table_of_contents():
     assert book.chapters()
-    chapter_files = [f for f in toc_files() if f.startswith("chapters/") and f != "chapters/results"]
+    generated = ("chapters/course", "chapters/results")
+    chapter_files = [f for f in toc_files() if f.startswith("chapters/") and f not in generated]
     assert [f"chapters/{name}" for name in book.chapters()] == chapter_files
-    assert toc_files()[-2:] == ["chapters/results", "bibliography"]
+    assert toc_files()[-3:] == ["chapters/course", "chapters/results", "bibliography"]
 
 
 def test_every_chapter_has_exercises_with_checked_solutions():
@@ -183,6 +184,7 @@ def test_a_markdown_edit_keeps_a_committed_chapter_fresh_and_a_code_edit_makes_i
     fresh = [n for n in book.chapters(notebooks) if book.chapter_status(n, out, notebooks).state == "fresh"]
     assert fresh, "no committed chapter is fresh"
     for name in fresh:
+        book.refresh_narrative(name, out, notebooks)  # a narrative edit of the sources not yet copied in
         source = book.source(name, notebooks)
         text = source.read_text()
         before = json.loads((out / f"{name}.ipynb").read_text())
@@ -286,15 +288,66 @@ def is_exercise(cell_type: str, text: str) -> bool:
     return cell_type == "markdown" and "### Exercise" in text
 
 
-def test_handouts_keep_every_exercise_and_drop_every_solution(tmp_path):
+def test_handouts_keep_every_exercise_with_a_starter_and_drop_every_solution(tmp_path):
     paths = book.write_handouts(tmp_path)
-    assert [p.stem.split("_", 1)[1] for p in paths] == book.chapters()
+    expected = [f"chapters/{n}.ipynb" for n in book.chapters()]
+    assert [p.relative_to(tmp_path).as_posix() for p in paths] == expected
     for name, path in zip(book.chapters(), paths, strict=True):
         cells = json.loads(path.read_text())["cells"]
         source = book.source(name).read_text()
         assert not any("solution" in c["metadata"].get("tags", []) for c in cells), name
-        headings = [c for c in cells if is_exercise(c["cell_type"], "".join(c["source"]))]
+        headings = [i for i, c in enumerate(cells) if is_exercise(c["cell_type"], "".join(c["source"]))]
         assert len(headings) == len(re.findall(r"^# ### Exercise", source, re.M)) >= 3, name
+        for at, end in zip(headings, [*headings[1:], len(cells)], strict=True):
+            tags = [t for c in cells[at:end] for t in c["metadata"].get("tags", [])]
+            assert "starter" in tags, f"{name}: an exercise without a starter cell"
+        first_code = next(c for c in cells if c["cell_type"] == "code")
+        assert first_code["metadata"]["tags"] == ["handout-setup"], name
+
+
+def test_the_committed_handouts_are_the_chapters_handouts():
+    """book/handouts (what the launch buttons open) is what `make handouts` writes now."""
+    package = book.handout_package()
+    for name in book.chapters():
+        committed = json.loads((book.HANDOUTS_OUT / "chapters" / f"{name}.ipynb").read_text())["cells"]
+        current = book.handout(name, package=package).cells
+        assert [("".join(c["source"]), c["metadata"].get("tags", [])) for c in committed] == [
+            (c.source, c.metadata.get("tags", [])) for c in current
+        ], f"{name}: the committed handout is stale; run `make handouts`"
+
+
+def test_starter_cells_and_presentation_tags_keep_a_chapter_fresh_and_reach_its_pages(tmp_path):
+    """A new exercise starter (never executed in the chapter) and a folded check table change
+    how the chapter reads, not what it computes: it stays fresh, and refreshing its narrative
+    folds the table's output without executing anything."""
+    notebooks, out = tmp_path / "notebooks", tmp_path / "chapters"
+    shutil.copytree(ROOT / "notebooks", notebooks)
+    shutil.copytree(ROOT / "book" / "chapters", out, ignore=shutil.ignore_patterns(".*"))
+    fresh = [n for n in book.chapters(notebooks) if book.chapter_status(n, out, notebooks).state == "fresh"]
+    assert fresh, "no committed chapter is fresh"
+    name = fresh[0]
+    book.refresh_narrative(name, out, notebooks)
+    source = book.source(name, notebooks)
+    text = source.read_text()
+    edited = text.replace('# %% tags=["checks"]', "# %%", 1)
+    starter = '# %% tags=["starter"]\n'
+    edited = edited.replace(starter, starter + 'print("a new starter line")\n', 1)
+    source.write_text(edited)
+    status = book.chapter_status(name, out, notebooks)
+    assert status.state == "fresh" and "narrative was edited" in status.why, status.why
+    assert book.refresh_narrative(name, out, notebooks)
+    unfolded = [c for c in json.loads((out / f"{name}.ipynb").read_text())["cells"]
+                if "check_rows).style" in "".join(c["source"])]  # fmt: skip
+    assert unfolded and "hide-output" not in unfolded[0]["metadata"].get("tags", [])
+    source.write_text(text)
+    assert book.refresh_narrative(name, out, notebooks)
+    folded = [c for c in json.loads((out / f"{name}.ipynb").read_text())["cells"]
+              if "check_rows).style" in "".join(c["source"])]  # fmt: skip
+    assert "hide-output" in folded[0]["metadata"]["tags"]
+    assert folded[0]["metadata"]["mystnb"]["code_prompt_show"].startswith("Show the checks")
+    assert folded[0]["outputs"] == unfolded[0]["outputs"]
+    source.write_text(text.replace('# %% tags=["starter"]', '# %% tags=["startr"]', 1))
+    assert book.chapter_status(name, out, notebooks).state == "stale"  # a cell that now executes
 
 
 def first_exercise(cells) -> int:
@@ -308,6 +361,7 @@ def test_a_handout_is_its_chapter_cell_for_cell_up_to_its_first_exercise(name):
     import jupytext
 
     chapter, notebook = jupytext.read(book.source(name)), book.handout(name)
+    notebook.cells = [c for c in notebook.cells if "handout-setup" not in c.metadata.get("tags", [])]
     first = first_exercise(notebook.cells)
     assert first == first_exercise(chapter.cells), "a solution comes before the first exercise"
     pairs = zip(chapter.cells[:first], notebook.cells[:first], strict=True)
@@ -338,8 +392,14 @@ def test_the_pages_workflow_builds_the_committed_chapters_with_make_book():
     steps = workflow["jobs"]["build"]["steps"]
     assert any(step.get("run") == "make book CHECK=1" for step in steps)
     assert any(step.get("with", {}).get("path") == "book/_build/html" for step in steps)
+    named = [
+        step["run"]
+        for step in steps
+        if "repository.url" in step.get("name", "") or "url:" in step.get("run", "")
+    ]
+    assert named and "github.repository" in named[0]  # the launch buttons' repository
     dry = subprocess.run(["make", "-n", "book", "CHECK=1"], cwd=ROOT, capture_output=True, text=True)
-    assert "resid.book update --no-execute" in dry.stdout and "jupyter-book build book" in dry.stdout
+    assert "resid.book update --no-execute" in dry.stdout and "resid.book html" in dry.stdout
     full = subprocess.run(["make", "-n", "book", "ALL=1"], cwd=ROOT, capture_output=True, text=True)
     assert "resid.book all" in full.stdout
 
@@ -387,6 +447,21 @@ def test_solutions_are_hidden_behind_a_toggle(quick_book):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_chapters_download_is_its_handout_and_the_course_page_lists_every_chapter(quick_book):
+    html = quick_book / "_build" / "html"
+    for name in book.chapters():
+        download = json.loads((html / "_sources" / "chapters" / f"{name}.ipynb").read_text())["cells"]
+        tags = [t for c in download for t in c["metadata"].get("tags", [])]
+        assert "solution" not in tags and "starter" in tags and "handout-setup" in tags, name
+        teachers = json.loads((html / "solutions" / f"{name}.ipynb").read_text())["cells"]
+        assert any("solution" in c["metadata"].get("tags", []) for c in teachers), name
+    course = (html / "chapters" / "course.html").read_text()
+    for name in book.chapters():
+        assert f'href="{name}.html"' in course, name
+    assert "make lab" in course
+
+
 def test_results_page_has_every_claim_and_links_to_its_chapter(quick_book):
     page = (quick_book / "_build" / "html" / "chapters" / "results.html").read_text()
     n_claims, text = 0, words(html_unescape(re.sub(r"<[^>]+>", "", page)))

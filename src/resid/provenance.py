@@ -71,8 +71,11 @@ def rerun_times(wall_seconds: float) -> dict:
         "artefacts_without_time": unknown,
         "built_on": dict(Counter(a.get("device", "cpu") for a in artefacts.values())),
         # which runs the chapter read, and what training each took (or would take here)
-        "training_runs": {name.removeprefix("training run "): a["seconds"] for name, a in artefacts.items()
-                          if name.startswith("training run ")},  # fmt: skip
+        "training_runs": {
+            name.removeprefix("training run "): a["seconds"]
+            for name, a in artefacts.items()
+            if name.startswith("training run ")
+        },  # fmt: skip
     }
 
 

@@ -30,10 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from .paths import book_folder
+
 # torch, numpy and pandas are imported where values are encoded: `python -m resid.book status`
 # reads this module and stays quick.
 ENV, RETRAIN_ENV = "RESID_RECORDS", "RESID_RETRAIN"
-DEFAULT = Path(__file__).resolve().parents[2] / "book" / "runs"
+DEFAULT = book_folder("book/runs")
 FORMAT = 1
 WEIGHTS_UP_TO = 300_000  # parameters: about 1.2 MB of float32 per run
 REQUIRED = ("format", "key", "config", "history", "step", "measurements")

@@ -1,0 +1,15 @@
+"""Where the book's data files are: in a clone, the repository's folders; in an installed wheel
+(``make wheel``), the copies bundled inside the package, so that a handout runs anywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository, in a clone
+BUNDLED = Path(__file__).resolve().parent / "_data"  # written into the wheel by `make wheel`
+
+
+def book_folder(relative: str) -> Path:
+    """``ROOT / relative`` in a clone; else its copy in the installed package (same last name)."""
+    in_clone = ROOT / relative
+    return in_clone if in_clone.is_dir() else BUNDLED / Path(relative).name

@@ -1,0 +1,665 @@
+"""Every exercise's check passes on a solution and fails on a plausible wrong answer, on tiny
+models; a prediction is required before a check says anything about the answer."""
+
+import copy
+import math
+import re
+
+import pandas as pd
+import pytest
+import torch
+
+from resid import book, exercises, plans, stats
+from resid.behaviours import ContrastSet
+from resid.circuits import Head, all_heads, head_means
+from resid.metrics import LogitDiff
+from resid.model import Config, Transformer, rotate_residual
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    cfg = Config(**{"d_model": 32, "n_layers": 4, "n_heads": 4, "d_mlp": 64, "n_ctx": 16, **overrides})
+    model = Transformer(cfg).eval()
+    with torch.no_grad():  # gains away from 1, as training leaves them
+        for name, p in model.named_parameters():
+            if name.endswith(("ln1.weight", "ln2.weight", "ln_final.weight")):
+                p.mul_(1 + 0.3 * torch.rand(p.shape))
+    return model
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    return tiny()
+
+
+@pytest.fixture(scope="module")
+def tokens() -> torch.Tensor:
+    return torch.randint(0, 256, (3, 12), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(autouse=True)
+def fresh_predictions():
+    exercises.forget_predictions()
+    yield
+    exercises.forget_predictions()
+
+
+def passes(id, *answer, prediction=None, **context) -> bool:
+    if exercises.EXERCISES[id].predicts:
+        exercises.predict(id, "my guess" if prediction is None else prediction)
+    return exercises.check(id, *answer, **context)
+
+
+def kurtosis_right(acts):
+    centred = acts.double() - acts.double().mean(-1, keepdim=True)
+    return (centred.pow(4).mean(-1) / centred.pow(2).mean(-1).pow(2)).mean().item()
+
+
+def kurtosis_uncentred(acts):
+    x = acts.double()
+    return (x.pow(4).mean(-1) / x.pow(2).mean(-1).pow(2)).mean().item()
+
+
+def test_1_1():
+    assert passes("1.1", kurtosis_right)
+    assert not passes("1.1", kurtosis_uncentred)
+
+
+def test_1_2():
+    def haar(d, generator):
+        q, r = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=generator))
+        return q * torch.sign(torch.diagonal(r))
+
+    def qr_only(d, generator):
+        return torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=generator))[0]
+
+    assert passes("1.2", haar)
+    assert not passes("1.2", qr_only)
+    assert not passes("1.2", lambda d, g: torch.randn(d, d, generator=g))
+
+
+def test_1_3():
+    acts = torch.randn(200, 32, generator=torch.Generator().manual_seed(0))
+    acts[:, 3] += 20
+    vectors = torch.randn(1000, 576, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    vectors[:, 0] = 100.0
+    measured = stats.kurtosis_metric(vectors)
+
+    def without(x, dim):
+        zeroed = x.clone()
+        zeroed[:, dim] = 0
+        return stats.kurtosis_metric(zeroed)
+
+    def without_in_place(x, dim):
+        x[:, dim] = 0
+        return stats.kurtosis_metric(x)
+
+    assert passes("1.3", measured, without, acts=acts)
+    assert not passes("1.3", 3.0, without, acts=acts)  # forgot to set the coordinate
+    assert not passes("1.3", measured, without_in_place, acts=acts)
+
+
+def test_2_1():
+    gaussian = torch.randn(2048, 128, generator=torch.Generator().manual_seed(5))
+    measured = {}
+    for k in (1, 4, 16, 32, 64):
+        scaled = gaussian.clone()
+        scaled[:, :k] *= 8.0
+        measured[k] = stats.kurtosis_metric(scaled)
+
+    def formula(k, d, s):
+        return 3 * d * (k * s**4 + d - k) / (k * s**2 + d - k) ** 2
+
+    assert passes("2.1", formula, measured)
+    assert not passes("2.1", lambda k, d, s: 3 * (k * s**4 + d - k) / (k * s**2 + d - k) ** 2, measured)
+    formula_values = {k: formula(k, 128, 8.0) for k in measured}
+    assert not passes("2.1", formula, formula_values)  # the formula's values, not measurements
+
+
+def test_2_2():
+    def first_crossing(blocks, threshold):
+        peaks = blocks.groupby(["run", "step"])["kurtosis"].max().reset_index()
+        crossing = {}
+        for run, g in peaks.groupby("run"):
+            above = g["kurtosis"] > threshold
+            crossing[run] = g.loc[above, "step"].min() if above.any() else None
+        return crossing
+
+    def last_crossing(blocks, threshold):
+        above = blocks[blocks["kurtosis"] > threshold]
+        return {run: above.loc[above.run == run, "step"].max() if (above.run == run).any() else None
+                for run in blocks.run.unique()}  # fmt: skip
+
+    assert passes("2.2", first_crossing)
+    assert not passes("2.2", last_crossing)
+
+
+def test_2_3(model, tokens):
+    def boundary_kurtosis(m, t):
+        stream = m.residual_stream(t)
+        rows = [{"layer": i, "kurtosis": stats.kurtosis_metric(a), "rotated": stats.rotated_kurtosis(a, 2)[0]}
+                for i, a in enumerate(stream)]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    def no_rotation(m, t):
+        table = boundary_kurtosis(m, t)
+        return table.assign(rotated=table["kurtosis"] * 3)
+
+    assert passes("2.3", boundary_kurtosis, model=model, tokens=tokens, prediction="rotated")
+    assert not passes("2.3", no_rotation, model=model, tokens=tokens)
+    assert not passes("2.3", lambda m, t: boundary_kurtosis(m, t).iloc[1:], model=model, tokens=tokens)
+
+
+def test_3_1():
+    def gap(norm, x, rotation):
+        with torch.no_grad():
+            return (norm(x @ rotation) - norm(x) @ rotation).abs().max().item()
+
+    def gap_unrotated_output(norm, x, rotation):
+        with torch.no_grad():
+            return (norm(x @ rotation) - norm(x)).abs().max().item()
+
+    assert passes("3.1", gap)
+    assert not passes("3.1", gap_unrotated_output)
+
+
+def test_3_2(tokens):
+    model = tiny(norm="rmsnorm")
+
+    def fold(m):
+        folded = copy.deepcopy(m)
+        with torch.no_grad():
+            folded.blocks[0].mlp.W_in.weight.mul_(folded.blocks[0].ln2.weight)
+            folded.blocks[0].ln2.weight.fill_(1.0)
+        return folded
+
+    def fold_rows(m):  # scales W's rows instead of its columns
+        folded = copy.deepcopy(m)
+        with torch.no_grad():
+            folded.blocks[0].mlp.W_in.weight.mul_(folded.blocks[0].ln2.weight.mean())
+            folded.blocks[0].ln2.weight.fill_(1.0)
+        return folded
+
+    def fold_in_place(m):
+        with torch.no_grad():
+            m.blocks[0].mlp.W_in.weight.mul_(m.blocks[0].ln2.weight)
+            m.blocks[0].ln2.weight.fill_(1.0)
+        return m
+
+    assert passes("3.2", fold, model=model, tokens=tokens, prediction="yes")
+    assert not passes("3.2", fold_rows, model=model, tokens=tokens)
+    assert not passes("3.2", fold_in_place, model=model, tokens=tokens)
+
+
+def test_3_3():
+    models = {kind: tiny(norm=kind) for kind in ("basisfree", "rmsnorm", "layernorm")}
+
+    def per_channel(m):
+        return [n for n, p in m.named_parameters() if p.shape == (m.cfg.d_model,)]
+
+    def norms_only(m):
+        return [n for n, _ in m.named_parameters() if "ln" in n]
+
+    assert passes("3.3", per_channel, models=models, prediction={"basisfree": 0, "rmsnorm": 9})
+    assert not passes("3.3", norms_only, models=models)
+
+
+def test_4_1(tokens):
+    model = tiny(norm="basisfree")
+
+    def forget(m, rotation):
+        rotated = rotate_residual(m, rotation)
+        with torch.no_grad():
+            rotated.blocks[0].mlp.W_out.weight.copy_(m.blocks[0].mlp.W_out.weight)
+        return rotated
+
+    assert passes("4.1", forget, model=model, tokens=tokens, prediction="a lot")
+    assert not passes("4.1", rotate_residual, model=model, tokens=tokens)  # forgot nothing
+
+
+def test_4_2():
+    def givens(d, i, j, angle):
+        g = torch.eye(d, dtype=torch.float64)
+        g[i, i] = g[j, j] = math.cos(angle)
+        g[i, j], g[j, i] = math.sin(angle), -math.sin(angle)
+        return g
+
+    def not_a_rotation(d, i, j, angle):
+        g = givens(d, i, j, angle)
+        g[j, i] = math.sin(angle)
+        return g
+
+    assert passes("4.2", givens)
+    assert not passes("4.2", not_a_rotation)
+
+
+def test_4_3(tokens):
+    model = tiny(norm="basisfree", rotation="shared")
+    names = [f"blocks.{i}.hook_resid_mid" for i in range(4)]
+
+    def rotated_residual(m, t):
+        _, cache = m.run_with_cache(t, names)
+        return [stats.kurtosis_metric(cache[n] @ b.R_mlp_in) for n, b in zip(names, m.blocks, strict=True)]
+
+    def unrotated(m, t):
+        _, cache = m.run_with_cache(t, names)
+        return [stats.kurtosis_metric(cache[n]) for n in names]
+
+    assert passes("4.3", rotated_residual, model=model, tokens=tokens, prediction="residual @ R_mlp_in")
+    assert not passes("4.3", unrotated, model=model, tokens=tokens)
+
+
+def three_steps(make, w, g):
+    p = torch.nn.Parameter(w.clone())
+    optimiser = make([p])
+    for _ in range(3):
+        p.grad = g.clone()
+        optimiser.step()
+    return p.detach()
+
+
+def test_5_1():
+    def gap(make, w, g, p, q):
+        plain, rotated = three_steps(make, w, g), three_steps(make, p.T @ w @ q, p.T @ g @ q)
+        return ((p.T @ plain @ q - rotated).abs().max() / (plain - w).abs().max()).item()
+
+    def gap_unrotated(make, w, g, p, q):  # compares with the unrotated result
+        plain, rotated = three_steps(make, w, g), three_steps(make, p.T @ w @ q, p.T @ g @ q)
+        return ((plain - rotated).abs().max() / (plain - w).abs().max()).item()
+
+    assert passes("5.1", gap, prediction={"SGD", "Muon"})
+    assert not passes("5.1", gap_unrotated)
+
+
+def test_5_2():
+    assert passes("5.2", lambda g, lr: -lr * g.sign(), prediction=0.8)
+    assert not passes("5.2", lambda g, lr: -lr * g)  # plain gradient descent
+    assert not passes("5.2", lambda g, lr: -lr * g / g.norm())
+
+
+def test_5_3():
+    def share(acts):
+        energy = acts.double().pow(2).sum(0)
+        return (energy.topk(4).values.sum() / energy.sum()).item()
+
+    def share_of_magnitudes(acts):
+        energy = acts.double().abs().sum(0)
+        return (energy.topk(4).values.sum() / energy.sum()).item()
+
+    assert passes("5.3", share)
+    assert not passes("5.3", share_of_magnitudes)
+
+
+def test_6_1(model, tokens):
+    from resid import attribution
+
+    def grad_x_input(m, t, target, foil):
+        score = attribution.prediction_score(m, t, target, foil)
+        embeddings = m.embed_tokens(t).detach().requires_grad_()
+        (gradient,) = torch.autograd.grad(score(embeddings).sum(), embeddings)
+        return (gradient * embeddings).sum(-1)[0]
+
+    def gradient_only(m, t, target, foil):
+        score = attribution.prediction_score(m, t, target, foil)
+        embeddings = m.embed_tokens(t).detach().requires_grad_()
+        (gradient,) = torch.autograd.grad(score(embeddings).sum(), embeddings)
+        return gradient.sum(-1)[0]
+
+    context = {"model": model, "tokens": tokens[0], "target": 5, "foil": 9}
+    assert passes("6.1", grad_x_input, **context)
+    assert not passes("6.1", gradient_only, **context)
+
+
+def test_6_2(model, tokens):
+    from resid import attribution
+
+    def head_dla(m, t, answers, foils, layer, head):
+        final = m.resid_names()[-1]
+        _, cache = m.run_with_cache(t, [f"blocks.{layer}.attn.hook_z", final])
+        d = m.cfg.head_dim
+        w_o = m.blocks[layer].attn.W_O.weight[:, head * d : (head + 1) * d]
+        write = cache[f"blocks.{layer}.attn.hook_z"][:, -1, head] @ w_o.T
+        normed = attribution.frozen_final_norm(m, cache[final][:, -1])(write)
+        direction = m.unembed.weight[answers] - m.unembed.weight[foils]
+        return (normed * direction).sum(-1).mean().item()
+
+    def without_norm(m, t, answers, foils, layer, head):
+        _, cache = m.run_with_cache(t, [f"blocks.{layer}.attn.hook_z"])
+        d = m.cfg.head_dim
+        w_o = m.blocks[layer].attn.W_O.weight[:, head * d : (head + 1) * d]
+        write = cache[f"blocks.{layer}.attn.hook_z"][:, -1, head] @ w_o.T
+        return (write * (m.unembed.weight[answers] - m.unembed.weight[foils])).sum(-1).mean().item()
+
+    context = {"model": model, "tokens": tokens, "answers": torch.tensor([1, 2, 3]),
+               "foils": torch.tensor([4, 5, 6]), "layer": 2, "head": 1}  # fmt: skip
+    with torch.no_grad():
+        assert passes("6.2", head_dla, prediction="no", **context)
+        assert not passes("6.2", without_norm, **context)
+
+
+def test_6_3(model, tokens):
+    def lens(m, t):
+        stream = m.residual_stream(t).view(-1, *t.shape, m.cfg.d_model)[:, :, -1]
+        return m.unembed(m.ln_final(stream))
+
+    def lens_without_norm(m, t):
+        stream = m.residual_stream(t).view(-1, *t.shape, m.cfg.d_model)[:, :, -1]
+        return m.unembed(stream)
+
+    assert passes("6.3", lens, model=model, tokens=tokens)
+    assert not passes("6.3", lens_without_norm, model=model, tokens=tokens)
+
+
+def test_7_1():
+    recovered_row = torch.tensor([1.0, 1.0, 0.25, 1.0])
+    assert passes("7.1", 0.75, recovered_row=recovered_row, prediction=1.0)
+    assert not passes("7.1", 1.0, recovered_row=recovered_row)
+
+
+def test_7_2(model, tokens):
+    metric = LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    counterfactual = torch.randint(0, 256, tokens.shape, generator=torch.Generator().manual_seed(2))
+    layer, head, name = 1, 2, "blocks.1.attn.hook_z"
+
+    def resample(m, clean, cf, metric, layer, head):
+        _, cache = m.run_with_cache(cf, [name])
+
+        def fn(z, hook):
+            z = z.clone()
+            z[:, :, head] = cache[name][:, :, head]
+            return z
+
+        with torch.no_grad():
+            return metric(m.run_with_hooks(clean, [(name, fn)])[:, -1]).mean().item()
+
+    def resample_wrong_head(m, clean, cf, metric, layer, h):
+        return resample(m, clean, cf, metric, layer, (h + 1) % 4)
+
+    context = {"model": model, "clean": tokens, "counterfactual": counterfactual, "metric": metric,
+               "layer": layer, "head": head}  # fmt: skip
+    assert passes("7.2", resample, prediction=0.0, **context)
+    assert not passes("7.2", resample_wrong_head, **context)
+
+
+def test_7_3():
+    assert passes("7.3", 1.0, 0.0, prediction=(1, 0))
+    assert not passes("7.3", 1.0, 0.5)
+
+
+def test_8_1():
+    def score(pattern, period):
+        n = pattern.shape[-1]
+        queries = torch.arange(n - period, n)
+        return pattern[:, queries, queries - period + 1].mean().item()
+
+    def duplicate_score(pattern, period):
+        n = pattern.shape[-1]
+        queries = torch.arange(n - period, n)
+        return pattern[:, queries, queries - period].mean().item()
+
+    assert passes("8.1", score)
+    assert not passes("8.1", duplicate_score)
+
+
+def test_8_2():
+    assert passes("8.2", math.log(256), prediction=5.5)
+    assert not passes("8.2", math.log2(256))  # bits, not nats
+
+
+def test_8_3():
+    assert passes("8.3", lambda ov: (ov.argmax(1) == torch.arange(len(ov))).float().mean().item())
+    assert not passes("8.3", lambda ov: (ov.argmax(0) == torch.arange(len(ov))).float().mean().item() * 0 + 1)
+
+
+def test_9_1(model, tokens):
+    right = {"parallel(10, 10)": True, "middle_repeat(10, 10)": True, "parallel(10, 11)": False}
+    assert passes("9.1", right, model=model, tokens=tokens, first=1, prediction=right)
+    assert not passes("9.1", {**right, "parallel(10, 11)": True}, model=model, tokens=tokens, first=1)
+
+
+def test_9_2(model, tokens):
+    def by_hand(m, t, first, last):
+        context = m.context(t.shape[1])
+        x = m.embed_tokens(t)
+        for block in m.blocks[:first]:
+            x = block(x, *context)
+        x = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).mean(0)
+        for block in m.blocks[last + 1 :]:
+            x = block(x, *context)
+        return m.to_logits(x)
+
+    def summed(m, t, first, last):  # adds the outputs instead of averaging them
+        context = m.context(t.shape[1])
+        x = m.embed_tokens(t)
+        for block in m.blocks[:first]:
+            x = block(x, *context)
+        x = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).sum(0)
+        for block in m.blocks[last + 1 :]:
+            x = block(x, *context)
+        return m.to_logits(x)
+
+    assert passes("9.2", by_hand, model=model, tokens=tokens, first=1, last=2)
+    assert not passes("9.2", summed, model=model, tokens=tokens, first=1, last=2)
+    assert plans.parallel(4, 1, 2)  # the plan the check compares with exists for this model
+
+
+def test_9_3(model, tokens):
+    def norms(m, t, first, last):
+        context = m.context(t.shape[1])
+        x = m.embed_tokens(t)
+        for block in m.blocks[:first]:
+            x = block(x, *context)
+        parallel = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).mean(0)
+        sequential = x
+        for i in range(first, last + 1):
+            sequential = m.blocks[i](sequential, *context)
+        return (parallel - x).norm(dim=-1).median().item(), (sequential - x).norm(dim=-1).median().item()
+
+    def output_norms(m, t, first, last):  # the outputs' norms, not the updates'
+        context = m.context(t.shape[1])
+        x = m.embed_tokens(t)
+        for block in m.blocks[:first]:
+            x = block(x, *context)
+        parallel = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).mean(0)
+        return parallel.norm(dim=-1).median().item(), x.norm(dim=-1).median().item()
+
+    context = {"model": model, "tokens": tokens, "first": 1, "last": 2}
+    assert passes("9.3", norms, prediction=2.0, **context)
+    assert not passes("9.3", output_norms, **context)
+
+
+def test_10_1():
+    def attention_at(pattern, queries, keys):
+        return pattern[torch.arange(len(queries)), queries, keys].mean().item()
+
+    def transposed(pattern, queries, keys):
+        return pattern[torch.arange(len(queries)), keys, queries].mean().item()
+
+    assert passes("10.1", attention_at)
+    assert not passes("10.1", transposed)
+
+
+def test_10_2(tokens):
+    model = tiny()
+    with torch.no_grad():  # a name mover that matters: its head writes 20 times louder
+        model.blocks[3].attn.W_O.weight[:, :8].mul_(20)
+    prompts = ContrastSet(["p"] * 3, tokens, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), tokens.flip(0))
+    circuit, movers = [Head(3, 0), Head(3, 1), Head(2, 2)], [Head(3, 0)]
+    means = head_means(model, prompts.counterfactual)
+    from resid.circuits import ablated_logit_diff
+
+    rest = [h for h in all_heads(model) if h not in [Head(3, 1), Head(2, 2)]]
+    kept = ablated_logit_diff(model, prompts, rest, means).mean().item()
+    with_movers = ablated_logit_diff(model, prompts, [h for h in all_heads(model) if h not in circuit], means)
+    context = {"model": model, "prompts": prompts, "circuit": circuit, "name_movers": movers, "means": means}
+    assert passes("10.2", kept, prediction="yes", **context)
+    assert not passes("10.2", with_movers.mean().item(), **context)
+
+
+def test_10_3(model):
+    def value_logits(m, layer, neuron):
+        return m.direction_logits(m.blocks[layer].mlp.W_out.weight[:, neuron][None])[0]
+
+    def input_vector_logits(m, layer, neuron):
+        return m.direction_logits(m.blocks[layer].mlp.W_in.weight[neuron][None])[0]
+
+    assert passes("10.3", value_logits, model=model, layer=1, neuron=7)
+    assert not passes("10.3", input_vector_logits, model=model, layer=1, neuron=7)
+
+
+# --- the protocol -------------------------------------------------------------------------------
+
+
+def test_a_prediction_comes_first_and_the_answer_is_not_shown_before(capsys):
+    assert not exercises.check("8.2", math.log(256))
+    refused = capsys.readouterr().out
+    assert "predict" in refused and "5.55" not in refused and "5.5" not in refused
+    exercises.predict("8.2", 4.0)
+    assert exercises.check("8.2", math.log(256))
+    shown = capsys.readouterr().out
+    assert "You predicted 4.0" in shown and "5.55" in shown
+
+
+def test_a_stub_or_a_failing_answer_is_one_line(capsys):
+    def stub(acts):
+        raise NotImplementedError
+
+    assert not exercises.check("1.1", stub)
+    assert not exercises.check("1.1", lambda acts: acts.foo)
+    assert not exercises.check("1.1", ...)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("✗ 1.1") for line in lines)
+    with pytest.raises(KeyError, match="no exercise"):
+        exercises.check("99.1", stub)
+
+
+def test_every_exercise_in_the_chapters_is_registered_with_a_starter_that_checks_it():
+    in_chapters = []
+    for name in book.chapters():
+        text = book.source(name).read_text()
+        numbers = re.findall(r"^# ### Exercise (\d+\.\d+)", text, flags=re.M)
+        in_chapters += numbers
+        starters = [c for c in book.handout(name).cells if "starter" in c.metadata.get("tags", [])]
+        checked = {m for c in starters for m in re.findall(r'exercises\.check\("(\d+\.\d+)"', c.source)}
+        assert checked == set(numbers), f"{name}: starters check {sorted(checked)}, exercises {numbers}"
+    assert sorted(in_chapters) == sorted(exercises.EXERCISES), "an exercise without a check, or the reverse"
+    table = exercises.catalogue()
+    assert table["difficulty"].between(1, 3).all() and (table["minutes"] > 0).all()
+
+
+# --- the fourth exercise of each chapter that has one ------------------------------------------
+
+
+def test_1_4():
+    def scale_free(acts, threshold):
+        rms = acts.float().pow(2).mean(-1, keepdim=True).sqrt()
+        return torch.nonzero((acts.float().abs() > threshold * rms).any(0)).flatten()
+
+    def absolute(acts, threshold):
+        return torch.nonzero((acts.abs() > threshold).any(0)).flatten()
+
+    def global_rms(acts, threshold):  # one RMS for the whole tensor, not per token
+        return torch.nonzero((acts.abs() > threshold * acts.pow(2).mean().sqrt()).any(0)).flatten()
+
+    assert passes("1.4", scale_free, prediction="no")
+    assert not passes("1.4", absolute)
+    assert not passes("1.4", global_rms)
+
+
+def test_2_4():
+    from scipy import stats as scipy_stats
+
+    def t_interval(values, level=0.95):
+        x = torch.tensor(values, dtype=torch.float64)
+        half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std() / len(x) ** 0.5
+        return x.mean().item(), (x.mean() - half).item(), (x.mean() + half).item()
+
+    def z_interval(values, level=0.95):
+        x = torch.tensor(values, dtype=torch.float64)
+        half = 1.96 * x.std() / len(x) ** 0.5
+        return x.mean().item(), (x.mean() - half).item(), (x.mean() + half).item()
+
+    assert passes("2.4", t_interval, prediction=2.0)
+    assert not passes("2.4", z_interval)
+
+
+def test_6_4():
+    def integrated_gradients(score, x, baseline, steps):
+        alphas = (torch.arange(steps, dtype=x.dtype) + 0.5) / steps  # midpoints
+        path = (baseline + alphas.view(-1, *[1] * (x.dim() - 1)) * (x - baseline)).requires_grad_()
+        (gradient,) = torch.autograd.grad(score(path.reshape(-1, *x.shape[1:])).sum(), path)
+        return gradient.mean(0) * (x - baseline)
+
+    def gradient_x_input(score, x, baseline, steps):
+        x = x.clone().requires_grad_()
+        (gradient,) = torch.autograd.grad(score(x).sum(), x)
+        return gradient * x
+
+    assert passes("6.4", integrated_gradients)
+    assert not passes("6.4", gradient_x_input)
+
+
+def test_7_4(model, tokens):
+    metric = LogitDiff(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    counterfactual = torch.randint(0, 256, tokens.shape, generator=torch.Generator().manual_seed(2))
+
+    def patch_position(m, clean, cf, metric, layer, position):
+        name = f"blocks.{layer}.hook_resid_pre"
+        _, cache = m.run_with_cache(cf, [name])
+
+        def fn(resid, hook):
+            resid = resid.clone()
+            resid[:, position] = cache[name][:, position]
+            return resid
+
+        return metric(m.run_with_hooks(clean, [(name, fn)])[:, -1]).mean().item()
+
+    def patch_every_position_after(m, clean, cf, metric, layer, position):
+        name = f"blocks.{layer}.hook_resid_pre"
+        _, cache = m.run_with_cache(cf, [name])
+
+        def fn(resid, hook):
+            resid = resid.clone()
+            resid[:, position:] = cache[name][:, position:]
+            return resid
+
+        return metric(m.run_with_hooks(clean, [(name, fn)])[:, -1]).mean().item()
+
+    context = {"model": model, "clean": tokens, "counterfactual": counterfactual, "metric": metric,
+               "layer": 2, "position": 5}  # fmt: skip
+    assert passes("7.4", patch_position, **context)
+    assert not passes("7.4", patch_every_position_after, **context)
+
+
+def test_8_4():
+    def previous_token_score(pattern):
+        q = torch.arange(1, pattern.shape[-1])
+        return pattern[:, q, q - 1].mean().item()
+
+    def including_first(pattern):
+        q = torch.arange(pattern.shape[-1])
+        return pattern[:, q, (q - 1).clamp(min=0)].mean().item()
+
+    assert passes("8.4", previous_token_score)
+    assert not passes("8.4", including_first)
+
+
+def test_10_4(model, tokens):
+    from resid import hooks
+
+    prompts = ContrastSet(["p"] * 3, tokens, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), tokens.flip(0))
+    means = head_means(model, prompts.counterfactual)
+    keep = [Head(3, 0), Head(2, 2)]
+
+    def ablate_outside(m, prompts, keep, means):
+        outside = [h for h in all_heads(m) if h not in keep]
+        logits = m.run_with_hooks(prompts.tokens, hooks.replace_heads(outside, means))[:, -1]
+        return LogitDiff(prompts.answers, prompts.foils)(logits)
+
+    def ablate_inside(m, prompts, keep, means):
+        logits = m.run_with_hooks(prompts.tokens, hooks.replace_heads(keep, means))[:, -1]
+        return LogitDiff(prompts.answers, prompts.foils)(logits)
+
+    context = {"model": model, "prompts": prompts, "keep": keep, "means": means}
+    assert passes("10.4", ablate_outside, **context)
+    assert not passes("10.4", ablate_inside, **context)
