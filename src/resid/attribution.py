@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import pandas as pd
 import torch
-from captum.attr import InputXGradient, IntegratedGradients, Saliency
 from torch import Tensor
 
 from .metrics import LogitDiff
@@ -53,6 +52,10 @@ def input_attributions(
     it is undefined for the last token, whose position makes the prediction. ``skip_first``
     leaves the first token (a BOS token) out: its baseline is itself and it is never deleted.
     """
+    # captum is imported here: at import time it loads tqdm's notebook bar, which warns in a
+    # chapter without ipywidgets, and nothing else in this module needs it
+    from captum.attr import InputXGradient, IntegratedGradients, Saliency
+
     tokens = tokens.reshape(1, -1)
     score = prediction_score(model, tokens, target, foil)
     with torch.no_grad():
