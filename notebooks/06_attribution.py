@@ -70,7 +70,7 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import attribution, behaviours, book, claims, exercises, heads, stats
+from resid import attribution, behaviours, book, claims, heads, stats
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 warnings.filterwarnings("ignore", message="Input Tensor 0 did not already require gradients")
@@ -338,6 +338,7 @@ display(top_table.style.format("{:.0%}").background_gradient(cmap="Greens", vmin
 # it against the contrastive scores in `attributions`.
 
 # %% tags=["starter"]
+from resid import exercises  # the exercises' checks
 
 
 def gradient_x_input(model, tokens: torch.Tensor, target: int, foil: int) -> torch.Tensor:
@@ -349,25 +350,18 @@ def gradient_x_input(model, tokens: torch.Tensor, target: int, foil: int) -> tor
 task, i, prompt, target, foil = cases[0]
 exercises.check("6.1", gradient_x_input, model=model, tokens=prompt.reshape(1, -1), target=target, foil=foil)
 
-
 # %% tags=["hide-cell", "solution"]
-def gradient_x_input(model, tokens: torch.Tensor, target: int, foil: int) -> torch.Tensor:
-    score = attribution.prediction_score(model, tokens, target, foil)
-    embeddings = model.embed_tokens(tokens).detach().requires_grad_()
-    (gradient,) = torch.autograd.grad(score(embeddings).sum(), embeddings)
-    return (gradient * embeddings).sum(-1)[0].detach()  # [pos]: summed over d_model
-
-
 task, i, prompt, target, foil = cases[0]
-by_hand = gradient_x_input(model, prompt.reshape(1, -1), target, foil).numpy()
+score = attribution.prediction_score(model, prompt.reshape(1, -1), target, foil)
+embeddings = model.embed_tokens(prompt.reshape(1, -1)).detach().requires_grad_()
+(gradient,) = torch.autograd.grad(score(embeddings).sum(), embeddings)
+by_hand = (gradient * embeddings).sum(-1)[0].detach().numpy()
 library = attributions[(attributions.task == task) & (attributions.prompt == i) & attributions.contrastive]
 check_rows.append(claims.check(
     "gradient × input by hand equals resid.attribution's",
     np.allclose(by_hand[library.position], library["gradient x input"], rtol=1e-3, atol=1e-4),
 ))  # fmt: skip
 print("position by position:", np.round(by_hand[library.position], 3))
-assert exercises.check("6.1", gradient_x_input, model=model, tokens=prompt.reshape(1, -1), target=target,
-                       foil=foil)  # fmt: skip
 
 # %% [markdown]
 # ## Direct logit attribution on IOI
@@ -432,34 +426,26 @@ layer, head = map(int, re.fullmatch(r"L(\d+)H(\d+)", top_head).groups())
 exercises.check("6.2", head_dla, model=model, tokens=ioi.tokens, answers=ioi.answers, foils=ioi.foils,
                 layer=layer, head=head)  # fmt: skip
 
-
 # %% tags=["hide-cell", "solution"]
-@torch.no_grad()
-def head_dla(model, tokens, answers, foils, layer: int, head: int) -> float:
-    final_name = model.resid_names()[-1]
-    _, head_cache = model.run_with_cache(tokens, [f"blocks.{layer}.attn.hook_z", final_name])
-    d_head = model.cfg.head_dim
-    w_o = model.blocks[layer].attn.W_O.weight[:, head * d_head : (head + 1) * d_head]
-    head_write = head_cache[f"blocks.{layer}.attn.hook_z"][:, -1, head] @ w_o.T  # [batch, d_model]
-    normed = attribution.frozen_final_norm(model, head_cache[final_name][:, -1])(head_write)
-    direction = model.unembed.weight[answers] - model.unembed.weight[foils]
-    return (normed * direction).sum(-1).mean().item()
-
-
 top_head = head_rows.loc[head_rows["dla"].abs().idxmax(), "component"]
 layer, head = map(int, re.fullmatch(r"L(\d+)H(\d+)", top_head).groups())
-one_head_dla = head_dla(model, ioi.tokens, ioi.answers, ioi.foils, layer, head)
+final_name = model.resid_names()[-1]
+with torch.no_grad():
+    _, head_cache = model.run_with_cache(ioi.tokens, [f"blocks.{layer}.attn.hook_z", final_name])
+    d_head = model.cfg.head_dim
+    w_o = model.blocks[layer].attn.W_O.weight[:, head * d_head : (head + 1) * d_head]
+    head_write = head_cache[f"blocks.{layer}.attn.hook_z"][:, -1, head] @ w_o.T
+    normed = attribution.frozen_final_norm(model, head_cache[final_name][:, -1])(head_write)
+    direction = model.unembed.weight[ioi.answers] - model.unembed.weight[ioi.foils]
+    head_dla = (normed * direction).sum(-1).mean().item()
 library_dla = dla.loc[dla.component == top_head, "dla"].item()
 check_rows.append(claims.check(
     "one head's direct effect by hand equals resid.attribution's",
-    abs(one_head_dla - library_dla) < 1e-3 * max(1.0, abs(library_dla)), f"{top_head}: {one_head_dla:+.4f}",
+    abs(head_dla - library_dla) < 1e-3 * max(1.0, abs(library_dla)), f"{top_head}: {head_dla:+.4f}",
 ))  # fmt: skip
-print(f"{top_head}: {one_head_dla:+.4f} by hand, {library_dla:+.4f} from resid. Not necessarily: the DLA is "
+print(f"{top_head}: {head_dla:+.4f} by hand, {library_dla:+.4f} from resid. Not necessarily: the DLA is "
       "the direct path only; ablating the head also changes what later layers read (the patching "
       "chapter measures that).")  # fmt: skip
-exercises.predict("6.2", "no")
-assert exercises.check("6.2", head_dla, model=model, tokens=ioi.tokens, answers=ioi.answers, foils=ioi.foils,
-                       layer=layer, head=head)  # fmt: skip
 
 # %% [markdown]
 # ## The logit lens on capital cities
@@ -508,18 +494,12 @@ def lens_readout(model, tokens: torch.Tensor) -> torch.Tensor:
 
 exercises.check("6.3", lens_readout, model=model, tokens=capital_tokens, decode=tokenizer.decode)
 
-
 # %% tags=["hide-cell", "solution"]
-@torch.no_grad()
-def lens_readout(model, tokens: torch.Tensor) -> torch.Tensor:
-    n_prompts, n_positions = tokens.shape  # residual_stream flattens prompts and positions
-    stream = model.residual_stream(tokens).view(-1, n_prompts, n_positions, model.cfg.d_model)
-    stream = stream[:, :, -1]  # [boundary, prompt, d_model] at the last position
-    return model.unembed(model.ln_final(stream))
-
-
-readout = lens_readout(model, capital_tokens)
 with torch.no_grad():
+    n_prompts, n_positions = capital_tokens.shape  # residual_stream flattens prompts and positions
+    stream = model.residual_stream(capital_tokens).view(-1, n_prompts, n_positions, model.cfg.d_model)
+    stream = stream[:, :, -1]  # [boundary, prompt, d_model] at the last position
+    readout = model.unembed(model.ln_final(stream))
     output = model(capital_tokens)[:, -1]
 check_rows.append(claims.check(
     "the logit lens at the last boundary is the model's output",
@@ -532,64 +512,7 @@ echo = (" the input token itself: read back through the (tied) unembedding, a to
         "at that token" if first_guess == last_input else " not the input token")  # fmt: skip
 print(f"last boundary: max |readout - logits| {(readout[-1] - output).abs().max().item():.1e}, the same "
       f"computation. Boundary 0 ranks {first_guess!r} first for {texts[0]!r}:{echo}.")  # fmt: skip
-exercises.predict("6.3", last_input)  # the input token itself
-assert exercises.check("6.3", lens_readout, model=model, tokens=capital_tokens, decode=tokenizer.decode)
 
-
-# %% [markdown]
-# ### Exercise 6.4: integrated gradients by hand
-#
-# *Coding · difficulty 2 of 3 · about 20 minutes*
-#
-# Integrated gradients averages the gradient along the straight path from a baseline $b$ to the
-# input $x$ and multiplies by $x - b$:
-# $\mathrm{{IG}}(x) = (x - b) \odot \int_0^1 \nabla f(b + \alpha (x - b))\, d\alpha$. Write it with
-# `steps` points on the path (a midpoint rule is enough), for a batched `score` that maps
-# `[batch, ...]` to `[batch]`. Then, on the first IOI prompt, with the baseline
-# `resid.attribution` uses (the mean token embedding at every position but the first), check
-# completeness (the attributions sum to $f(x) - f(b)$) and compare with its integrated gradients.
-
-
-# %% tags=["starter"]
-def integrated_gradients(score, x: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
-    """Attributions of score at x ([1, ...]) against baseline (same shape), with `steps` points."""
-    raise NotImplementedError  # your code here
-
-
-exercises.check("6.4", integrated_gradients)
-
-
-# %% tags=["hide-cell", "solution"]
-def integrated_gradients(score, x: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
-    alphas = (torch.arange(steps, dtype=x.dtype) + 0.5) / steps  # the midpoints of `steps` intervals
-    gradients = []
-    for alpha in alphas.split(16):  # [chunk] points on the path at a time
-        path = (baseline + alpha.view(-1, *[1] * (x.dim() - 1)) * (x - baseline)).detach().requires_grad_()
-        (gradient,) = torch.autograd.grad(score(path).sum(), path)
-        gradients.append(gradient)
-    return torch.cat(gradients).mean(0, keepdim=True) * (x - baseline)
-
-
-task, i, prompt, target, foil = cases[0]
-ig_prompt = prompt.reshape(1, -1)
-score = attribution.prediction_score(model, ig_prompt, target, foil)
-with torch.no_grad():
-    embeddings = model.embed_tokens(ig_prompt)
-    ig_baseline = model.embed.weight.mean(0).expand_as(embeddings).clone()
-    ig_baseline[:, 0] = embeddings[:, 0]  # the first token (BOS) is its own baseline
-ig = integrated_gradients(score, embeddings, ig_baseline, ig_steps).sum(-1)[0]
-with torch.no_grad():
-    gap = (score(embeddings) - score(ig_baseline)).item()
-library = attributions[(attributions.task == task) & (attributions.prompt == i) & attributions.contrastive]
-ig_difference = np.abs(ig.detach().numpy()[library.position] - library["integrated gradients"]).max()
-check_rows.append(claims.check(
-    "integrated gradients by hand are complete and agree with resid.attribution's",
-    abs(ig.sum().item() - gap) < 0.05 * max(1.0, abs(gap)) and ig_difference < 0.05 * max(1.0, abs(gap)),
-    f"sum {ig.sum().item():.3f} vs f(x) - f(b) {gap:.3f}; largest gap to the library {ig_difference:.3f}",
-))  # fmt: skip
-print(f"sum of IG {ig.sum().item():.3f}, f(x) - f(baseline) {gap:.3f}; largest difference from "
-      f"resid.attribution (Gauss-Legendre, {ig_steps} steps) {ig_difference:.3f}")  # fmt: skip
-assert exercises.check("6.4", integrated_gradients)
 
 # %% [markdown]
 # ## Checks

@@ -74,19 +74,7 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import resid
-from resid import (
-    attribution,
-    behaviours,
-    book,
-    circuits,
-    claims,
-    data,
-    exercises,
-    heads,
-    neurons,
-    patching,
-    stats,
-)
+from resid import attribution, behaviours, book, circuits, claims, data, heads, neurons, patching, stats
 from resid.cache import Head
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -273,6 +261,7 @@ claim_rows.append(
 # and key `discovery.positions["IO"]`.
 
 # %% tags=["starter"]
+from resid import exercises  # the exercises' checks
 
 
 def attention_at(pattern: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor) -> float:
@@ -282,19 +271,15 @@ def attention_at(pattern: torch.Tensor, queries: torch.Tensor, keys: torch.Tenso
 
 exercises.check("10.1", attention_at)
 
-
 # %% tags=["hide-cell", "solution"]
-def attention_at(pattern: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor) -> float:
-    return pattern[torch.arange(len(queries)), queries, keys].mean().item()  # prompt b: [b, q_b, k_b]
-
-
 _, cache = model.run_with_cache(discovery.tokens, [f"blocks.{top.layer}.attn.hook_pattern"])
 pattern = cache["pattern", top.layer][:, top.head]  # [batch, query, key]
-mine = attention_at(pattern, discovery.positions["end"], discovery.positions["IO"])
+mine = (
+    pattern[torch.arange(len(discovery)), discovery.positions["end"], discovery.positions["IO"]].mean().item()
+)
 theirs = float(evidence.loc[evidence["head"] == str(top), "end→IO"].iloc[0])
 assert abs(mine - theirs) < 1e-5
 print(f"{top}: end→IO {mine:.3f} by hand, {theirs:.3f} from circuits.ioi_attention")
-assert exercises.check("10.1", attention_at)
 
 
 # %% [markdown]
@@ -570,9 +555,6 @@ assert abs(kept - in_circuit) < 1e-4
 print(
     f"without its name movers the circuit keeps a logit difference of {kept:.2f} (full model {full_ld:.2f})"
 )
-exercises.predict("10.2", "yes" if in_circuit > 0 else "no")  # the completeness table's row says
-assert exercises.check("10.2", kept, model=model, prompts=held_out, circuit=circuit, name_movers=name_movers,
-                       means=held_means)  # fmt: skip
 
 
 # %% [markdown]
@@ -773,71 +755,14 @@ def value_logits(model, layer: int, neuron: int) -> torch.Tensor:
 
 exercises.check("10.3", value_logits, model=model, layer=layer0, neuron=neuron0)
 
-
 # %% tags=["hide-cell", "solution"]
-def value_logits(model, layer: int, neuron: int) -> torch.Tensor:
-    value = model.blocks[layer].mlp.W_out.weight[:, neuron]  # [d_model]: the neuron's column
-    return model.direction_logits(value[None]).detach()[0]
-
-
-mine = value_logits(model, layer0, neuron0)
+value = model.blocks[layer0].mlp.W_out.weight[:, neuron0]
+mine = model.direction_logits(value[None]).detach()[0]
 theirs = neurons.value_logits(model, layer0, torch.tensor([neuron0]))[0]
 assert torch.allclose(mine.float(), theirs, atol=1e-4)
 favoured = name_ids[mine[name_ids].argsort(descending=True)[:5]]
 print("names it favours:", [tokenizer.decode([i]) for i in favoured.tolist()])
-assert exercises.check("10.3", value_logits, model=model, layer=layer0, neuron=neuron0)
 
-
-# %% [markdown]
-# ### Exercise 10.4: mean-ablate what is outside a circuit, by hand
-#
-# *Coding · difficulty 2 of 3 · about 20 minutes*
-#
-# Faithfulness runs the model with every head outside the circuit replaced by its mean output
-# (`held_means[layer]`, `[pos, head, d_head]`). Write it with a hook on each layer's
-# `blocks.{{layer}}.attn.hook_z` (or with `resid.hooks.replace_heads`), returning each prompt's
-# logit difference, and check it against `circuits.ablated_logit_diff` for the circuit on the
-# held-out prompts.
-
-
-# %% tags=["starter"]
-def ablate_outside(model, prompts, keep: list, means: list) -> torch.Tensor:
-    """Each prompt's logit difference (answer - foil) with every head not in `keep` mean-ablated."""
-    raise NotImplementedError  # your code here
-
-
-exercises.check("10.4", ablate_outside, model=model, prompts=held_out, keep=circuit, means=held_means)
-
-
-# %% tags=["hide-cell", "solution"]
-def ablate_outside(model, prompts, keep: list, means: list) -> torch.Tensor:
-    outside = [h for h in circuits.all_heads(model) if h not in keep]
-    by_layer = {}
-    for layer, head in outside:
-        by_layer.setdefault(layer, []).append(head)
-
-    def hook_for(layer: int, heads_here: list[int]):
-        def hook(z: torch.Tensor, hook_point) -> torch.Tensor:  # z: [batch, pos, head, d_head]
-            z = z.clone()
-            z[:, :, heads_here] = means[layer][:, heads_here].to(z.dtype)
-            return z
-
-        return hook
-
-    fwd_hooks = [(f"blocks.{layer}.attn.hook_z", hook_for(layer, chosen))
-                 for layer, chosen in by_layer.items()]  # fmt: skip
-    with torch.no_grad():
-        logits = model.run_with_hooks(prompts.tokens, fwd_hooks)[:, -1].float()
-    return logits.gather(1, prompts.answers[:, None])[:, 0] - logits.gather(1, prompts.foils[:, None])[:, 0]
-
-
-mine = ablate_outside(model, held_out, circuit, held_means)
-outside_circuit = [h for h in circuits.all_heads(model) if h not in circuit]
-theirs = circuits.ablated_logit_diff(model, held_out, outside_circuit, held_means)
-assert torch.allclose(mine, theirs, atol=1e-3)
-print(f"the circuit alone keeps a mean logit difference of {mine.mean().item():.2f} by hand "
-      f"({theirs.mean().item():.2f} from circuits.ablated_logit_diff)")  # fmt: skip
-assert exercises.check("10.4", ablate_outside, model=model, prompts=held_out, keep=circuit, means=held_means)
 
 # %% [markdown]
 # ## Attribution methods beside occlusion

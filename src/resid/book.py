@@ -524,6 +524,8 @@ def handout(name: str, notebooks: Path = NOTEBOOKS, package: str = "resid"):
     install = nbformat.v4.new_code_cell(HANDOUT_SETUP.format(package=package).rstrip())
     install.metadata["tags"] = ["handout-setup"]
     cells.insert(first_code, install)
+    for i, cell in enumerate(cells):  # ids by position: rewriting a handout changes only what changed
+        cell.id = f"{name}-{i}"
     return notebook
 
 

@@ -696,32 +696,6 @@ def _lens(
     return "the readout is right at every boundary; at the last it is the model's output.", first
 
 
-@exercise("6.4", "integrated gradients by hand", "code", 2, 20)
-def _integrated_gradients(integrated_gradients: Callable):
-    g = _generator()
-    a, x = torch.rand(8, generator=g) + 0.5, torch.randn(8, generator=g)
-
-    def quadratic(z: Tensor) -> Tensor:  # batched: [batch, 8] -> [batch]
-        return (a * z**2).sum(-1)
-
-    mine = torch.as_tensor(integrated_gradients(quadratic, x[None], torch.zeros(1, 8), 64)).detach()
-    _close(mine.reshape(8), a * x**2, "IG of sum(a x²) from 0 (exactly a x²)", rtol=3e-2, atol=1e-3)
-    w = torch.randn(8, 8, generator=g)
-
-    def curved(z: Tensor) -> Tensor:
-        return torch.tanh(z @ w).sum(-1)
-
-    baseline = torch.randn(1, 8, generator=g)
-    total = torch.as_tensor(integrated_gradients(curved, x[None], baseline, 64)).detach().sum().item()
-    expected = (curved(x[None]) - curved(baseline)).item()
-    if abs(total - expected) > 0.02 * max(1.0, abs(expected)):
-        raise Wrong(
-            f"the attributions sum to {total:.4f}, not f(x) - f(baseline) = {expected:.4f}: "
-            "multiply the averaged gradient by (x - baseline)"
-        )
-    return "exact on a quadratic, and complete on a curved function.", None
-
-
 # --- 7 patching -------------------------------------------------------------------------------
 
 
@@ -1012,13 +986,3 @@ def _value_vector(
     reference = neurons.value_logits(model, layer, torch.tensor([neuron]))[0]
     _close(torch.as_tensor(mine).float().flatten(), reference.float(), "the value vector's logits", atol=1e-4)
     return "equals neurons.value_logits.", None
-
-
-@exercise("10.4", "mean-ablate what is outside a circuit, by hand", "code", 2, 20)
-def _ablate_outside(ablate_outside: Callable, *, model: Transformer, prompts, keep: list, means: list):
-    outside = [h for h in circuits.all_heads(model) if h not in keep]
-    reference = circuits.ablated_logit_diff(model, prompts, outside, means)
-    with torch.no_grad():
-        mine = torch.as_tensor(ablate_outside(model, prompts, keep, means)).float().flatten()
-    _close(mine, reference, "the per-prompt logit difference", atol=1e-3)
-    return "every head outside the circuit replaced by its mean, prompt by prompt.", None
