@@ -459,7 +459,7 @@ def test_a_chapters_download_is_its_handout_and_the_course_page_lists_every_chap
     course = (html / "chapters" / "course.html").read_text()
     for name in book.chapters():
         assert f'href="{name}.html"' in course, name
-    assert "make lab" in course
+    assert "JupyterLab" in course  # how a student opens a handout
 
 
 def test_results_page_has_every_claim_and_links_to_its_chapter(quick_book):
