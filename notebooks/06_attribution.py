@@ -70,7 +70,7 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import attribution, behaviours, book, claims, heads, stats
+from resid import attribution, behaviours, book, claims, exercises, heads, stats
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 warnings.filterwarnings("ignore", message="Input Tensor 0 did not already require gradients")
@@ -197,10 +197,9 @@ print(
 # %%
 task, i, tokens, target, foil = cases[0]
 score = attribution.prediction_score(model, tokens.reshape(1, -1), target, foil)
+start = attribution.mean_embedding_baseline(model, tokens.reshape(1, -1), keep_first=True)
 with torch.no_grad():
     inputs = model.embed_tokens(tokens.reshape(1, -1))
-    start = inputs + (model.embed.weight.mean(0) - model.embed(tokens.reshape(1, -1)))
-    start[:, 0] = inputs[:, 0]
     alphas = torch.linspace(0, 1, 201)
     along = torch.cat([score(start + a.view(-1, 1, 1) * (inputs - start)) for a in alphas.split(25)])
 convergence = pd.DataFrame(
@@ -228,6 +227,50 @@ plt.show()
 # %%
 largest_jump = (along[1:] - along[:-1]).abs().max().item()
 print(f"largest change of f between neighbouring points (Δα = 0.005): {largest_jump:.2f} logits")
+
+# %% [markdown]
+# ### Exercise 6.4: integrated gradients by hand
+#
+# *Coding and a prediction · difficulty 2 of 3 · about 20 minutes*
+#
+# Integrated gradients credits position $i$ with its share of the change of $f$ along the
+# straight path from the baseline $x'$ to the input $x$:
+# $\mathrm{IG}_i = (x_i - x'_i) \cdot \int_0^1 \nabla_i f(x' + \alpha (x - x'))\, d\alpha$,
+# summed over `d_model`. Write it with the right Riemann sum, $\alpha_k = k/m$ for
+# $k = 1, \dots, m$, all $m$ points of the path in one batch through `score` (the function
+# `attribution.prediction_score` returns takes `[batch, pos, d_model]`). **Predict** first, from
+# the figure above: with $m = 16$, how far will the sum of your attributions be from
+# $f(x) - f(x')$, as a fraction of it? (The figure's curve is Captum's, whose points are
+# Gauss–Legendre nodes rather than the right Riemann sum's.)
+
+# %% tags=["starter"]
+exercises.predict("6.4", ...)  # |Σ IG − Δf| / |Δf| with 16 steps: a number
+
+
+def integrated_gradients(score, inputs: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
+    """IG of score from baseline to inputs ([1, pos, d_model] each) by the right Riemann sum: [pos]."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("6.4", integrated_gradients, score=score, inputs=inputs, baseline=start, steps=16)
+
+
+# %% tags=["hide-cell", "solution"]
+def integrated_gradients(score, inputs: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
+    alphas = torch.arange(1, steps + 1, dtype=inputs.dtype) / steps
+    path = baseline + alphas.view(-1, 1, 1) * (inputs - baseline)  # [step, pos, d_model]
+    path = path.detach().requires_grad_()
+    (gradient,) = torch.autograd.grad(score(path).sum(), path)
+    return ((inputs - baseline)[0] * gradient.mean(0)).sum(-1).detach()
+
+
+# a first-order rule's error shrinks like 1/m: four times the figure's error at 64 steps
+exercises.predict("6.4", 4 * convergence.set_index("steps")["relative error"].iloc[0])
+riemann = integrated_gradients(score, inputs, start, 16)
+with torch.no_grad():
+    change = (score(inputs) - score(start)).item()
+print(f"16 steps: Σ IG = {riemann.sum():.3f} against f(x) − f(x') = {change:.3f}")
+assert exercises.check("6.4", integrated_gradients, score=score, inputs=inputs, baseline=start, steps=16)
 
 # %% [markdown]
 # One prompt of each kind, every method (scores scaled to the largest magnitude per method;
@@ -337,10 +380,8 @@ display(top_table.style.format("{:.0%}").background_gradient(cmap="Greens", vmin
 # respect to each position's embedding, times the embedding, summed over `d_model`), and check
 # it against the contrastive scores in `attributions`.
 
+
 # %% tags=["starter"]
-from resid import exercises  # the exercises' checks
-
-
 def gradient_x_input(model, tokens: torch.Tensor, target: int, foil: int) -> torch.Tensor:
     """Gradient × input of the logit difference target - foil, one score per position of
     tokens ([1, pos]), summed over d_model."""

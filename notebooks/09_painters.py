@@ -374,7 +374,7 @@ def mean_score(variant: str, n: int | None = None, family: str | None = None) ->
     N (or one N), per resample: ``[1 + resample]``."""
     plan_mask = (plan_keys.variant == variant) & (plan_keys.N == n if n is not None else True)
     task_mask = [family in (None, t.family) for t in accuracy_tasks]
-    return normalised[:, torch.from_numpy(plan_mask.to_numpy())][..., torch.tensor(task_mask)].mean((1, 2))
+    return normalised[:, torch.tensor(plan_mask.to_numpy(dtype=bool))][..., torch.tensor(task_mask)].mean((1, 2))
 
 
 # %% tags=["plot"]

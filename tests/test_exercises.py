@@ -626,3 +626,68 @@ def test_8_4():
 
     assert passes("8.4", previous_token_score)
     assert not passes("8.4", including_first)
+
+
+def test_6_4(model, tokens):
+    from resid import attribution
+
+    prompt = tokens[:1]
+    context = {
+        "score": attribution.prediction_score(model, prompt, 5, 9),
+        "inputs": model.embed_tokens(prompt).detach(),
+        "baseline": attribution.mean_embedding_baseline(model, prompt),
+    }
+
+    def riemann(score, inputs, baseline, steps, first=1):
+        alphas = torch.arange(first, first + steps, dtype=inputs.dtype) / steps
+        path = (baseline + alphas.view(-1, 1, 1) * (inputs - baseline)).requires_grad_()
+        (gradient,) = torch.autograd.grad(score(path).sum(), path)
+        return ((inputs - baseline)[0] * gradient.mean(0)).sum(-1)
+
+    def left_riemann(score, inputs, baseline, steps):  # k = 0..m-1: the baseline's gradient, not the input's
+        return riemann(score, inputs, baseline, steps, first=0)
+
+    assert passes("6.4", riemann, prediction=0.1, **context)
+    assert not passes("6.4", left_riemann, **context)
+
+
+def test_9_4(model, tokens):
+    def twice(n, first, last):
+        return plans.sequential(
+            list(range(last + 1)) + list(range(first, last + 1)) + list(range(last + 1, n))
+        )
+
+    def centre_repeated(n, first, last):  # the paper's middle repeat: the same length, one block
+        return plans.middle_repeat(n, first, last)
+
+    context = {"model": model, "tokens": tokens, "first": 1, "last": 2}
+    assert passes("9.4", twice, prediction="skip", **context)
+    assert not passes("9.4", centre_repeated, **context)
+    assert not passes("9.4", lambda n, first, last: list(range(n)), **context)
+
+
+def test_10_4(tokens):
+    model = tiny()
+    prompts = ContrastSet(["p"] * 3, tokens, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), tokens.flip(0))
+    circuit = [Head(3, 0), Head(2, 1), Head(1, 3)]
+    means = head_means(model, prompts.counterfactual)
+
+    def alone(m, p, kept, layer_means, fill=None):
+        hooks = []
+        for layer in range(m.cfg.n_layers):
+            outside = [h for h in range(m.cfg.n_heads) if Head(layer, h) not in kept]
+
+            def hook(z, hook_point, layer=layer, outside=outside):
+                z = z.clone()
+                z[:, :, outside] = layer_means[layer][:, outside] if fill is None else fill
+                return z
+
+            hooks.append((f"blocks.{layer}.attn.hook_z", hook))
+        logits = m.run_with_hooks(p.tokens, hooks)[:, -1]
+        return LogitDiff(p.answers, p.foils)(logits)
+
+    context = {"model": model, "prompts": prompts, "circuit": circuit, "means": means}
+    assert passes("10.4", alone, **context)
+    assert not passes(
+        "10.4", lambda m, p, kept, layer_means: alone(m, p, kept, layer_means, fill=0.0), **context
+    )

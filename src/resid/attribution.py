@@ -33,6 +33,19 @@ def prediction_score(
     return score
 
 
+@torch.no_grad()
+def mean_embedding_baseline(model: Transformer, tokens: Tensor, keep_first: bool = False) -> Tensor:
+    """Integrated gradients' baseline: the input embeddings of ``tokens`` (``[1, pos]``) with the
+    mean token embedding in place of each token's, positions kept: ``[1, pos, d_model]``.
+    ``keep_first`` leaves the first position (a BOS token) as it is."""
+    embeddings = model.embed_tokens(tokens)
+    average = model.embed.weight.mean(0) - model.embed(tokens)
+    baseline = embeddings + write(average, model.R_embed)
+    if keep_first:
+        baseline[:, 0] = embeddings[:, 0]
+    return baseline
+
+
 def input_attributions(
     model: Transformer,
     tokens: Tensor,
@@ -62,11 +75,7 @@ def input_attributions(
         embeddings = model.embed_tokens(tokens).detach()
     if model.embed_ln is not None:
         raise ValueError("input attribution is written for decoders without an embedding norm")
-    with torch.no_grad():
-        average = model.embed.weight.mean(0) - model.embed(tokens)
-        baseline = embeddings + write(average, model.R_embed)
-        if skip_first:
-            baseline[:, 0] = embeddings[:, 0]
+    baseline = mean_embedding_baseline(model, tokens, skip_first)
     embeddings.requires_grad_()
     gradient = Saliency(score).attribute(embeddings, abs=False)
     grad_x_input = InputXGradient(score).attribute(embeddings)

@@ -696,6 +696,49 @@ def _lens(
     return "the readout is right at every boundary; at the last it is the model's output.", first
 
 
+def _right_riemann_ig(
+    score: Callable[[Tensor], Tensor], inputs: Tensor, baseline: Tensor, steps: int
+) -> Tensor:
+    alphas = torch.arange(1, steps + 1, dtype=inputs.dtype) / steps
+    path = (
+        (baseline + alphas.view(-1, 1, 1) * (inputs - baseline)).detach().requires_grad_()
+    )  # [step, pos, d]
+    (gradient,) = torch.autograd.grad(score(path).sum(), path)
+    return ((inputs - baseline)[0] * gradient.mean(0)).sum(-1).detach()  # [pos]
+
+
+@exercise(
+    "6.4",
+    "integrated gradients by hand",
+    "code + predict",
+    2,
+    20,
+    predicts="the completeness error |sum of IG - (f(x) - f(baseline))| / |f(x) - f(baseline)| at 16 steps",
+)
+def _integrated_gradients(
+    integrated_gradients: Callable,
+    *,
+    score: Callable[[Tensor], Tensor],
+    inputs: Tensor,
+    baseline: Tensor,
+    steps: int = 16,
+):
+    inputs, baseline = inputs.detach(), baseline.detach()
+    reference = _right_riemann_ig(score, inputs, baseline, steps)
+    mine = torch.as_tensor(integrated_gradients(score, inputs, baseline, steps)).detach().flatten()
+    if len(mine) != inputs.shape[1]:
+        raise Wrong(f"{len(mine)} scores for {inputs.shape[1]} positions: one per position")
+    _close(mine, reference, f"your {steps}-step integrated gradients", rtol=1e-3, atol=1e-4)
+    with torch.no_grad():
+        change = (score(inputs) - score(baseline)).item()
+    error = abs(reference.sum().item() - change) / max(abs(change), 1e-12)
+    return (
+        f"the right Riemann sum at every position: they add up to {reference.sum():.3f}, "
+        f"f changes by {change:.3f}.",
+        error,
+    )
+
+
 # --- 7 patching -------------------------------------------------------------------------------
 
 
@@ -938,6 +981,48 @@ def _update_norms(update_norms: Callable, *, model: Transformer, tokens: Tensor,
     return "both update norms right.", reference[1] / reference[0]
 
 
+@exercise(
+    "9.4",
+    "a plan of your own: the middle painted twice",
+    "code + predict",
+    2,
+    15,
+    predicts='which costs more next-token loss: the middle blocks run twice, or skipped ("twice"/"skip")',
+)
+def _middle_twice(
+    middle_twice: Callable[[int, int, int], plans.Plan],
+    *,
+    model: Transformer,
+    tokens: Tensor,
+    first: int,
+    last: int,
+):
+    n = model.cfg.n_layers
+    order = list(range(last + 1)) + list(range(first, last + 1)) + list(range(last + 1, n))
+    mine = tuple(middle_twice(n, first, last))
+    if not all(isinstance(step, plans.Step) for step in mine):
+        raise Wrong("a plan is a tuple of plans.Step: build it with plans.sequential([...])")
+    if [step.layers for step in mine] != [(i,) for i in order] or any(step.loops != 1 for step in mine):
+        raise Wrong(
+            f"the plan runs {[step.layers for step in mine]}; blocks {first}..{last} should run twice, "
+            "in order"
+        )
+    full, twice, skipped = plans.run_plans(
+        model, tokens, [plans.identity(n), mine, plans.skip(n, first, last)]
+    )
+
+    def loss(logits: Tensor) -> float:  # next-token cross-entropy over the windows
+        return torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten()
+        ).item()
+
+    costs = {"twice": loss(twice) - loss(full), "skip": loss(skipped) - loss(full)}
+    return (
+        f"blocks {first}..{last} run twice: loss {costs['twice']:+.3f} nats; skipped: {costs['skip']:+.3f}.",
+        max(costs, key=costs.get),
+    )
+
+
 # --- 10 ioi -----------------------------------------------------------------------------------
 
 
@@ -986,3 +1071,17 @@ def _value_vector(
     reference = neurons.value_logits(model, layer, torch.tensor([neuron]))[0]
     _close(torch.as_tensor(mine).float().flatten(), reference.float(), "the value vector's logits", atol=1e-4)
     return "equals neurons.value_logits.", None
+
+
+@exercise("10.4", "the circuit alone, with a hook of your own", "code", 2, 20)
+def _circuit_alone(circuit_alone: Callable, *, model: Transformer, prompts, circuit: list, means: list):
+    outside = [h for h in circuits.all_heads(model) if h not in set(circuit)]
+    reference = circuits.ablated_logit_diff(model, prompts, outside, means)
+    with torch.no_grad():
+        mine = torch.as_tensor(circuit_alone(model, prompts, circuit, means)).detach().float().flatten()
+    _close(mine, reference, "the logit difference per prompt", rtol=1e-3, atol=1e-3)
+    return (
+        f"every head outside the {len(circuit)} mean-ablated: logit difference {reference.mean():.2f} on "
+        f"average, as circuits.ablated_logit_diff has it.",
+        None,
+    )
