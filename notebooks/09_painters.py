@@ -79,7 +79,7 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import book, claims, data, plans, stats, tasks
+from resid import book, claims, data, exercises, plans, stats, tasks
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # no notebook progress bars here
 if quick:
@@ -286,8 +286,6 @@ display(Markdown(
 # `plans.run_plan` on two windows.
 
 # %% tags=["starter"]
-from resid import exercises  # the exercises' checks
-
 exercises.predict(
     "9.1", ...
 )  # {"parallel(10, 10)": True or False, "middle_repeat(10, 10)": ..., "parallel(10, 11)": ...}
@@ -374,7 +372,8 @@ def mean_score(variant: str, n: int | None = None, family: str | None = None) ->
     N (or one N), per resample: ``[1 + resample]``."""
     plan_mask = (plan_keys.variant == variant) & (plan_keys.N == n if n is not None else True)
     task_mask = [family in (None, t.family) for t in accuracy_tasks]
-    return normalised[:, torch.tensor(plan_mask.to_numpy(dtype=bool))][..., torch.tensor(task_mask)].mean((1, 2))
+    plan_index = torch.tensor(plan_mask.to_numpy(dtype=bool))  # a copy: pandas' array is read-only
+    return normalised[:, plan_index][..., torch.tensor(task_mask)].mean((1, 2))
 
 
 # %% tags=["plot"]
@@ -487,6 +486,38 @@ check_rows.append(claims.check("a parallel step's update is smaller than the seq
 print(f"median update norm per token: parallel {parallel_update:.1f}, sequential {sequential_update:.1f} "
       f"({sequential_update / parallel_update:.1f}x). Looping feeds the average back, taking more steps "
       "of that size.")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 9.4: a plan of your own: the middle painted twice
+#
+# *Coding and a prediction · difficulty 2 of 3 · about 15 minutes*
+#
+# A plan is data, so a variant the paper did not run takes a few lines. Write
+# `middle_twice(n_layers, first, last)`: the blocks in order up to `last`, then blocks
+# `first..last` once more, then the rest (`plans.sequential` builds a plan from a list of
+# blocks). **Predict** first: on two windows of documentation, which costs SmolLM2 more
+# next-token loss with layers 10–13, running them twice or skipping them? (Q2's skip curves and
+# Q3's middle repeat are the evidence you have.)
+
+# %% tags=["starter"]
+exercises.predict("9.4", ...)  # "twice" or "skip": which costs more next-token loss?
+
+
+def middle_twice(n_layers: int, first: int, last: int) -> plans.Plan:
+    """Blocks 0..last in order, then first..last again, then last + 1..n_layers - 1."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("9.4", middle_twice, model=model, tokens=windows[:2].to(device), first=10, last=13)
+
+
+# %% tags=["hide-cell", "solution"]
+def middle_twice(n_layers: int, first: int, last: int) -> plans.Plan:
+    return plans.sequential([*range(last + 1), *range(first, last + 1), *range(last + 1, n_layers)])
+
+
+exercises.predict("9.4", "skip")  # a second coat of the same painters should harm less than none
+assert exercises.check("9.4", middle_twice, model=model, tokens=two, first=10, last=13)
 
 # %% [markdown]
 # ## Q7. How many loops should parallel layers take?

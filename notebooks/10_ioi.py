@@ -74,7 +74,19 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import resid
-from resid import attribution, behaviours, book, circuits, claims, data, heads, neurons, patching, stats
+from resid import (
+    attribution,
+    behaviours,
+    book,
+    circuits,
+    claims,
+    data,
+    exercises,
+    heads,
+    neurons,
+    patching,
+    stats,
+)
 from resid.cache import Head
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -260,10 +272,8 @@ claim_rows.append(
 # TransformerLens), and pick, for each prompt, the entry at query `discovery.positions["end"]`
 # and key `discovery.positions["IO"]`.
 
+
 # %% tags=["starter"]
-from resid import exercises  # the exercises' checks
-
-
 def attention_at(pattern: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor) -> float:
     """pattern: [batch, query, key]. The mean over prompts b of pattern[b, queries[b], keys[b]]."""
     raise NotImplementedError  # your code here
@@ -554,6 +564,53 @@ kept = circuits.ablated_logit_diff(model, held_out, outside, held_means).mean().
 assert abs(kept - in_circuit) < 1e-4
 print(
     f"without its name movers the circuit keeps a logit difference of {kept:.2f} (full model {full_ld:.2f})"
+)
+
+# %% [markdown]
+# ### Exercise 10.4: the circuit alone, with a hook of your own
+#
+# *Coding · difficulty 2 of 3 · about 20 minutes*
+#
+# Faithfulness rests on one intervention: every head outside the circuit replaced by its mean
+# output over the counterfactual (ABC) prompts. Write it without `resid.hooks`: for each layer,
+# a hook on `blocks.{layer}.attn.hook_z` (`[batch, pos, head, d_head]`) that returns a copy with
+# the outside heads' outputs replaced by `means[layer]` (`[pos, head, d_head]`), run the
+# model with `model.run_with_hooks(tokens, hooks)`, and return each prompt's logit difference
+# (answer minus foil) at the last position. Check it against the faithfulness computed above.
+
+
+# %% tags=["starter"]
+def circuit_alone(model, prompts, circuit: list, means: list) -> torch.Tensor:
+    """The logit difference of every prompt with every head outside circuit mean-ablated: [prompt]."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("10.4", circuit_alone, model=model, prompts=held_out, circuit=circuit, means=held_means)
+
+
+# %% tags=["hide-cell", "solution"]
+def circuit_alone(model, prompts, circuit: list, means: list) -> torch.Tensor:
+    def hook_for(layer: int, outside: list[int]):
+        def hook(z: torch.Tensor, hook_point) -> torch.Tensor:
+            z = z.clone()
+            z[:, :, outside] = means[layer][:, outside].to(z.dtype)
+            return z
+
+        return hook
+
+    hooks = []
+    for layer in range(model.cfg.n_layers):
+        outside = [h for h in range(model.cfg.n_heads) if Head(layer, h) not in circuit]
+        hooks.append((f"blocks.{layer}.attn.hook_z", hook_for(layer, outside)))
+    with torch.no_grad():
+        logits = model.run_with_hooks(prompts.tokens, hooks)[:, -1].float()
+    return logits.gather(1, prompts.answers[:, None])[:, 0] - logits.gather(1, prompts.foils[:, None])[:, 0]
+
+
+alone = circuit_alone(model, held_out, circuit, held_means)
+print(f"the circuit alone: {alone.mean():.3f} (faithfulness computed it as {faithful['circuit']:.3f})")
+assert exercises.check(
+    "10.4", circuit_alone, model=model, prompts=held_out, circuit=circuit, means=held_means
 )
 
 
