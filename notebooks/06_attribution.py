@@ -53,6 +53,7 @@ n_ioi = 120  # [> 0] IOI prompts for validation and the direct logit attribution
 n_attribution = 8  # [> 0] prompts per behaviour for the input-attribution comparison
 ig_steps = 128  # [> 0] integration steps of integrated gradients
 smoothgrad_samples = 32  # [> 0] noisy copies of the input that SmoothGrad averages over
+n_deletion = 20  # [> 0] prompts per behaviour for the deletion curves (LRP against the gradient methods)
 ig_convergence_steps = (64, 256, 1024, 2048)  # [non-empty, > 0] for the completeness check on one prompt
 seed = 0  # [min 0]
 quick = False  # a small run for CI
@@ -70,7 +71,7 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import attribution, behaviours, book, claims, exercises, heads, stats
+from resid import attribution, behaviours, book, claims, exercises, heads, lrp, stats
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 warnings.filterwarnings("ignore", message="Input Tensor 0 did not already require gradients")
@@ -78,6 +79,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 if quick:
     n_ioi, n_attribution, ig_steps, ig_convergence_steps, smoothgrad_samples = 24, 3, 32, (16, 64), 4
+    n_deletion = 3
 torch.manual_seed(seed)
 criteria = claims.load_criteria("attribution")
 claim_rows, check_rows = [], []
@@ -150,12 +152,21 @@ print("e.g.", ioi.text[0], "→", tokenizer.decode([int(ioi.answers[0])]))
 # %%
 capital_ids = torch.tensor(sorted(set(capitals.tolist())))
 runs = []
-cases = [("IOI", i, ioi.tokens[i], int(ioi.answers[i]), int(ioi.foils[i])) for i in range(n_attribution)]
-right = correct.nonzero()[:, 0].tolist()[:n_attribution]
-for i in right:
+
+
+def ioi_case(i: int) -> tuple:
+    return "IOI", i, ioi.tokens[i], int(ioi.answers[i]), int(ioi.foils[i])
+
+
+def capital_case(i: int) -> tuple:
+    """A capital prompt, its capital, and as the foil the capital the model ranks next."""
     others = capital_logits[i, capital_ids].clone()
     others[capital_ids == capitals[i]] = -torch.inf
-    cases.append(("capital", i, capital_tokens[i], int(capitals[i]), int(capital_ids[others.argmax()])))
+    return "capital", i, capital_tokens[i], int(capitals[i]), int(capital_ids[others.argmax()])
+
+
+right = correct.nonzero()[:, 0].tolist()
+cases = [ioi_case(i) for i in range(n_attribution)] + [capital_case(i) for i in right[:n_attribution]]
 completeness = []
 for task, i, tokens, target, foil in cases:
     head_mean = heads.attention_patterns(model, tokens[None]).mean(2)  # [layer, batch, query, key]
@@ -227,50 +238,6 @@ plt.show()
 # %%
 largest_jump = (along[1:] - along[:-1]).abs().max().item()
 print(f"largest change of f between neighbouring points (Δα = 0.005): {largest_jump:.2f} logits")
-
-# %% [markdown]
-# ### Exercise 6.4: integrated gradients by hand
-#
-# *Coding and a prediction · difficulty 2 of 3 · about 20 minutes*
-#
-# Integrated gradients credits position $i$ with its share of the change of $f$ along the
-# straight path from the baseline $x'$ to the input $x$:
-# $\mathrm{IG}_i = (x_i - x'_i) \cdot \int_0^1 \nabla_i f(x' + \alpha (x - x'))\, d\alpha$,
-# summed over `d_model`. Write it with the right Riemann sum, $\alpha_k = k/m$ for
-# $k = 1, \dots, m$, all $m$ points of the path in one batch through `score` (the function
-# `attribution.prediction_score` returns takes `[batch, pos, d_model]`). **Predict** first, from
-# the figure above: with $m = 16$, how far will the sum of your attributions be from
-# $f(x) - f(x')$, as a fraction of it? (The figure's curve is Captum's, whose points are
-# Gauss–Legendre nodes rather than the right Riemann sum's.)
-
-# %% tags=["starter"]
-exercises.predict("6.4", ...)  # |Σ IG − Δf| / |Δf| with 16 steps: a number
-
-
-def integrated_gradients(score, inputs: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
-    """IG of score from baseline to inputs ([1, pos, d_model] each) by the right Riemann sum: [pos]."""
-    raise NotImplementedError  # your code here
-
-
-exercises.check("6.4", integrated_gradients, score=score, inputs=inputs, baseline=start, steps=16)
-
-
-# %% tags=["hide-cell", "solution"]
-def integrated_gradients(score, inputs: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
-    alphas = torch.arange(1, steps + 1, dtype=inputs.dtype) / steps
-    path = baseline + alphas.view(-1, 1, 1) * (inputs - baseline)  # [step, pos, d_model]
-    path = path.detach().requires_grad_()
-    (gradient,) = torch.autograd.grad(score(path).sum(), path)
-    return ((inputs - baseline)[0] * gradient.mean(0)).sum(-1).detach()
-
-
-# a first-order rule's error shrinks like 1/m: four times the figure's error at 64 steps
-exercises.predict("6.4", 4 * convergence.set_index("steps")["relative error"].iloc[0])
-riemann = integrated_gradients(score, inputs, start, 16)
-with torch.no_grad():
-    change = (score(inputs) - score(start)).item()
-print(f"16 steps: Σ IG = {riemann.sum():.3f} against f(x) − f(x') = {change:.3f}")
-assert exercises.check("6.4", integrated_gradients, score=score, inputs=inputs, baseline=start, steps=16)
 
 # %% [markdown]
 # One prompt of each kind, every method (scores scaled to the largest magnitude per method;
@@ -405,6 +372,177 @@ check_rows.append(claims.check(
 print("position by position:", np.round(by_hand[library.position], 3))
 
 # %% [markdown]
+# ### Exercise 6.2: integrated gradients by hand
+#
+# *Coding and a prediction · difficulty 2 of 3 · about 20 minutes*
+#
+# Integrated gradients credits position $i$ with its share of the change of $f$ along the
+# straight path from the baseline $x'$ to the input $x$:
+# $\mathrm{IG}_i = (x_i - x'_i) \cdot \int_0^1 \nabla_i f(x' + \alpha (x - x'))\, d\alpha$,
+# summed over `d_model`. Write it with the right Riemann sum, $\alpha_k = k/m$ for
+# $k = 1, \dots, m$, all $m$ points of the path in one batch through `score` (the function
+# `attribution.prediction_score` returns takes `[batch, pos, d_model]`). **Predict** first, from
+# the figure above: with $m = 16$, how far will the sum of your attributions be from
+# $f(x) - f(x')$, as a fraction of it? (The figure's curve is Captum's, whose points are
+# Gauss–Legendre nodes rather than the right Riemann sum's.)
+
+# %% tags=["starter"]
+exercises.predict("6.2", ...)  # |Σ IG − Δf| / |Δf| with 16 steps: a number
+
+
+def integrated_gradients(score, inputs: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
+    """IG of score from baseline to inputs ([1, pos, d_model] each) by the right Riemann sum: [pos]."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("6.2", integrated_gradients, score=score, inputs=inputs, baseline=start, steps=16)
+
+
+# %% tags=["hide-cell", "solution"]
+def integrated_gradients(score, inputs: torch.Tensor, baseline: torch.Tensor, steps: int) -> torch.Tensor:
+    alphas = torch.arange(1, steps + 1, dtype=inputs.dtype) / steps
+    path = baseline + alphas.view(-1, 1, 1) * (inputs - baseline)  # [step, pos, d_model]
+    path = path.detach().requires_grad_()
+    (gradient,) = torch.autograd.grad(score(path).sum(), path)
+    return ((inputs - baseline)[0] * gradient.mean(0)).sum(-1).detach()
+
+
+# a first-order rule's error shrinks like 1/m: four times the figure's error at 64 steps
+exercises.predict("6.2", 4 * convergence.set_index("steps")["relative error"].iloc[0])
+riemann = integrated_gradients(score, inputs, start, 16)
+with torch.no_grad():
+    change = (score(inputs) - score(start)).item()
+print(f"16 steps: Σ IG = {riemann.sum():.3f} against f(x) − f(x') = {change:.3f}")
+assert exercises.check("6.2", integrated_gradients, score=score, inputs=inputs, baseline=start, steps=16)
+
+# %% [markdown]
+# ## Relevance propagation, and which ranking is faithful
+#
+# **Layer-wise relevance propagation** (LRP) {cite:p}`bach2015lrp` decomposes a prediction
+# layer by layer with custom propagation rules that keep the total relevance conserved, so that
+# the input tokens' relevances add up to the score explained. For transformers we use the
+# rules of {cite:t}`ali2022xai` with {cite:t}`achtibat2024attnlrp`'s rules for gated MLPs
+# (`resid.lrp`): a norm's divisor and an attention pattern are held constant, an activation
+# passes its relevance on unchanged, a gated product gives half to each factor, and linear maps
+# pass it on in proportion to their terms. In practice that is gradient × input through a
+# backward pass that follows those rules; SmolLM2 has no biases, so the relevances must add up
+# to the score exactly, which is asserted on every prompt below.
+#
+# Which ranking of the input tokens is *faithful*? A **deletion curve** deletes the tokens in
+# the order a method ranks them (most supporting first) and follows the score: the faster it
+# falls, the better the ranking found what the prediction rests on. The area over it (the mean
+# drop over 1..K deletions, as a share of the full prompt's score) compares methods on equal
+# terms, with occlusion's order as the reference and a random order as the floor. The claim
+# from the LRP literature: LRP beats gradient × input and integrated gradients. The prompts are
+# the first `n_deletion` IOI prompts and capital prompts the model answers (the first
+# `n_attribution` of each are those above), the scores contrastive; the two criteria were
+# committed before this section first ran.
+
+# %%
+deletion_cases = [ioi_case(i) for i in range(min(n_deletion, len(ioi)))]
+deletion_cases += [capital_case(i) for i in right[:n_deletion]]
+deletion_generator = torch.Generator().manual_seed(seed)
+area_rows, lrp_errors, example_curves = [], [], {}
+t0 = time.time()
+for task, i, tokens, target, foil in deletion_cases:
+    frame, _ = attribution.input_attributions(model, tokens, target, foil, ig_steps, skip_first=True)
+    relevances, terms = lrp.relevance(model, tokens, target, foil)
+    lrp_errors.append(terms["relative error"])
+
+    def contrast(kept: torch.Tensor, target: int = target, foil: int = foil) -> float:
+        logits = model(kept)[0, -1].float()
+        return (logits[target] - logits[foil]).item()
+
+    deletable = list(range(1, len(tokens) - 1))  # never the BOS token, nor the last
+    rankings = {
+        "LRP": relevances.numpy(),
+        "gradient x input": frame["gradient x input"].to_numpy(),
+        "integrated gradients": frame["integrated gradients"].to_numpy(),
+        "occlusion": frame["occlusion"].to_numpy(),
+    }
+    row = {"task": task, "prompt": i}
+    for method, values in rankings.items():
+        curve = lrp.deletion_curve(model, tokens, sorted(deletable, key=lambda p: -values[p]), contrast)
+        row[method] = lrp.deletion_area(curve)
+        if not example_curves.get(task, {}).get(method):
+            example_curves.setdefault(task, {})[method] = curve
+    random_orders = [
+        [deletable[j] for j in torch.randperm(len(deletable), generator=deletion_generator).tolist()]
+        for _ in range(5)
+    ]
+    row["random order"] = float(
+        np.mean(
+            [lrp.deletion_area(lrp.deletion_curve(model, tokens, order, contrast)) for order in random_orders]
+        )
+    )
+    area_rows.append(row)
+areas = pd.DataFrame(area_rows)
+check_rows.append(claims.check(
+    "LRP's relevances add up to the explained score on every deletion prompt (SmolLM2 has no biases)",
+    max(lrp_errors) < 1e-4, f"largest relative error {max(lrp_errors):.1e} over {len(lrp_errors)} prompts",
+))  # fmt: skip
+deletion_methods = ["random order", "gradient x input", "integrated gradients", "LRP", "occlusion"]
+area_summary = pd.DataFrame(
+    [
+        {"method": m, **dict(zip(["area", "low", "high"], [float(v) for v in stats.bootstrap(
+            torch.tensor(areas[m].to_numpy()), seed=seed)], strict=True))}
+        for m in deletion_methods
+    ]
+)  # fmt: skip
+print(f"{len(areas)} prompts ({(areas.task == 'IOI').sum()} IOI, {(areas.task == 'capital').sum()} capital) "
+      f"in {time.time() - t0:.0f} s")  # fmt: skip
+display(area_summary.style.format(precision=3).hide(axis="index"))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+ax = axes[0]
+ax.errorbar(area_summary["area"], range(len(area_summary)),
+            xerr=[area_summary["area"] - area_summary["low"], area_summary["high"] - area_summary["area"]],
+            fmt="o", capsize=3)  # fmt: skip
+ax.set_yticks(range(len(area_summary)), area_summary["method"])
+ax.set(
+    xlabel="area over the deletion curve (higher: more faithful)",
+    title=f"{len(areas)} prompts, 95% intervals",
+)
+ax = axes[1]
+for method, curve in example_curves["IOI"].items():
+    ax.plot(range(len(curve)), np.array(curve) / curve[0], marker=".", label=method)
+ax.axhline(0, color="black", lw=0.8)
+ax.set(xlabel="tokens deleted", ylabel="score / full prompt's", title="the first IOI prompt")
+ax.legend(frameon=False, fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### Exercise 6.3: the area over a deletion curve
+#
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
+# A deletion curve is a list of scores: the full prompt's, then one after each deletion. Write
+# the area the table above reports: the mean drop over the deletions, divided by the magnitude
+# of the full prompt's score. The check tries it on curves it makes up.
+
+
+# %% tags=["starter"]
+def deletion_area(curve: list[float]) -> float:
+    """The mean over k = 1..K of (curve[0] - curve[k]), divided by |curve[0]|."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("6.3", deletion_area)
+
+
+# %% tags=["hide-cell", "solution"]
+def deletion_area(curve: list[float]) -> float:
+    return float(np.mean([curve[0] - later for later in curve[1:]]) / abs(curve[0]))
+
+
+lrp_curve = example_curves["IOI"]["LRP"]
+print(f"the first IOI prompt's LRP curve: area {deletion_area(lrp_curve):.3f}")
+assert exercises.check("6.3", deletion_area)
+
+
+# %% [markdown]
 # ## Direct logit attribution on IOI
 #
 # With the final norm's scale frozen at its value on each prompt, the logit difference
@@ -444,7 +582,7 @@ top_components = dla.reindex(dla["dla"].abs().sort_values(ascending=False).index
 display(top_components.style.format({"dla": "{:+.3f}"}).hide(axis="index"))
 
 # %% [markdown]
-# ### Exercise 6.2: one head's direct effect, by hand
+# ### Exercise 6.4: one head's direct effect, by hand
 #
 # Take the head with the largest |DLA|. Its write to the residual stream at the last position is
 # its output `blocks.{L}.attn.hook_z[:, -1, H]` times its slice of the output matrix
@@ -454,7 +592,7 @@ display(top_components.style.format({"dla": "{:+.3f}"}).hide(axis="index"))
 # first: if you ablated this head, would the logit difference fall by exactly this much?
 
 # %% tags=["starter"]
-exercises.predict("6.2", ...)  # "yes" or "no": would ablating it lower the logit difference by exactly this?
+exercises.predict("6.4", ...)  # "yes" or "no": would ablating it lower the logit difference by exactly this?
 
 
 def head_dla(model, tokens, answers, foils, layer: int, head: int) -> float:
@@ -464,7 +602,7 @@ def head_dla(model, tokens, answers, foils, layer: int, head: int) -> float:
 
 top_head = head_rows.loc[head_rows["dla"].abs().idxmax(), "component"]
 layer, head = map(int, re.fullmatch(r"L(\d+)H(\d+)", top_head).groups())
-exercises.check("6.2", head_dla, model=model, tokens=ioi.tokens, answers=ioi.answers, foils=ioi.foils,
+exercises.check("6.4", head_dla, model=model, tokens=ioi.tokens, answers=ioi.answers, foils=ioi.foils,
                 layer=layer, head=head)  # fmt: skip
 
 # %% tags=["hide-cell", "solution"]
@@ -515,7 +653,7 @@ print(
 )
 
 # %% [markdown]
-# ### Exercise 6.3: the lens at both ends
+# ### Exercise 6.5: the lens at both ends
 #
 # Read the residual stream of the capital prompts yourself (`model.residual_stream`), apply the
 # final norm (`model.ln_final`) and the unembedding (`model.unembed`) to the last position at
@@ -524,7 +662,7 @@ print(
 # rank first for "... is"?
 
 # %% tags=["starter"]
-exercises.predict("6.3", ...)  # the token the lens ranks first at boundary 0 for the first prompt
+exercises.predict("6.5", ...)  # the token the lens ranks first at boundary 0 for the first prompt
 
 
 def lens_readout(model, tokens: torch.Tensor) -> torch.Tensor:
@@ -533,7 +671,7 @@ def lens_readout(model, tokens: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError  # your code here
 
 
-exercises.check("6.3", lens_readout, model=model, tokens=capital_tokens, decode=tokenizer.decode)
+exercises.check("6.5", lens_readout, model=model, tokens=capital_tokens, decode=tokenizer.decode)
 
 # %% tags=["hide-cell", "solution"]
 with torch.no_grad():
@@ -617,7 +755,16 @@ def first_top1_share(rows: torch.Tensor) -> float:
     return (reached[0, 0].item() if len(reached) else model.cfg.n_layers + 1) / model.cfg.n_layers
 
 
+lrp_gains = torch.tensor(
+    np.stack([areas["LRP"] - areas["gradient x input"], areas["LRP"] - areas["integrated gradients"]], axis=1)
+)  # [deletion prompt, method]
 measured = {  # criterion id -> (statistic, the prompts' rows, what it is)
+    "deletion_discriminates": (
+        lambda rows: rows.mean().item(),
+        torch.tensor((areas["occlusion"] - areas["random order"]).to_numpy()),
+        "Δ area",
+    ),
+    "lrp_more_faithful": (lambda rows: rows.mean(0).min().item(), lrp_gains, "Δ area"),
     "gradients_disagree_with_occlusion": (better_gradient, gradient_vs_occlusion, "Spearman"),
     "contrastive_isolates_names": (lambda rows: rows.mean().item(), contrastive_gain, "Δ share"),
     "few_heads_carry_direct_effect": (top10_share, per_prompt_heads, "share"),

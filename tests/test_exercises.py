@@ -310,7 +310,7 @@ def test_6_1(model, tokens):
     assert not passes("6.1", gradient_only, **context)
 
 
-def test_6_2(model, tokens):
+def test_6_4(model, tokens):
     from resid import attribution
 
     def head_dla(m, t, answers, foils, layer, head):
@@ -333,11 +333,11 @@ def test_6_2(model, tokens):
     context = {"model": model, "tokens": tokens, "answers": torch.tensor([1, 2, 3]),
                "foils": torch.tensor([4, 5, 6]), "layer": 2, "head": 1}  # fmt: skip
     with torch.no_grad():
-        assert passes("6.2", head_dla, prediction="no", **context)
-        assert not passes("6.2", without_norm, **context)
+        assert passes("6.4", head_dla, prediction="no", **context)
+        assert not passes("6.4", without_norm, **context)
 
 
-def test_6_3(model, tokens):
+def test_6_5(model, tokens):
     def lens(m, t):
         stream = m.residual_stream(t).view(-1, *t.shape, m.cfg.d_model)[:, :, -1]
         return m.unembed(m.ln_final(stream))
@@ -346,8 +346,8 @@ def test_6_3(model, tokens):
         stream = m.residual_stream(t).view(-1, *t.shape, m.cfg.d_model)[:, :, -1]
         return m.unembed(stream)
 
-    assert passes("6.3", lens, model=model, tokens=tokens)
-    assert not passes("6.3", lens_without_norm, model=model, tokens=tokens)
+    assert passes("6.5", lens, model=model, tokens=tokens)
+    assert not passes("6.5", lens_without_norm, model=model, tokens=tokens)
 
 
 def test_7_1():
@@ -628,7 +628,7 @@ def test_8_4():
     assert not passes("8.4", including_first)
 
 
-def test_6_4(model, tokens):
+def test_6_2(model, tokens):
     from resid import attribution
 
     prompt = tokens[:1]
@@ -647,8 +647,8 @@ def test_6_4(model, tokens):
     def left_riemann(score, inputs, baseline, steps):  # k = 0..m-1: the baseline's gradient, not the input's
         return riemann(score, inputs, baseline, steps, first=0)
 
-    assert passes("6.4", riemann, prediction=0.1, **context)
-    assert not passes("6.4", left_riemann, **context)
+    assert passes("6.2", riemann, prediction=0.1, **context)
+    assert not passes("6.2", left_riemann, **context)
 
 
 def test_9_4(model, tokens):
@@ -691,3 +691,14 @@ def test_10_4(tokens):
     assert not passes(
         "10.4", lambda m, p, kept, layer_means: alone(m, p, kept, layer_means, fill=0.0), **context
     )
+
+
+def test_6_3():
+    def area(curve):
+        return sum(curve[0] - c for c in curve[1:]) / (len(curve) - 1) / abs(curve[0])
+
+    def signed(curve):  # divides by the score itself: a negative score's drop changes sign
+        return sum(curve[0] - c for c in curve[1:]) / (len(curve) - 1) / curve[0]
+
+    assert passes("6.3", area)
+    assert not passes("6.3", signed)

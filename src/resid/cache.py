@@ -36,6 +36,8 @@ SHORT_NAMES = {
     "v": "attn.hook_v",
     "z": "attn.hook_z",
     "pattern": "attn.hook_pattern",
+    "pre": "mlp.hook_pre",
+    "pre_linear": "mlp.hook_pre_linear",
     "post": "mlp.hook_post",
     "scale": "ln1.hook_scale",
     "normalized": "ln1.hook_normalized",

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from resid import attribution, circuits, hooks, neurons, plans, stats
+from resid import attribution, circuits, hooks, lrp, neurons, plans, stats
 from resid.cache import act_name
 from resid.model import Config, Norm, Transformer, rotate_residual
 from resid.optim import RotatedAdamW
@@ -642,8 +642,63 @@ def _grad_x_input(gradient_x_input: Callable, *, model: Transformer, tokens: Ten
     return "equals resid.attribution's at every position.", None
 
 
+def _right_riemann_ig(
+    score: Callable[[Tensor], Tensor], inputs: Tensor, baseline: Tensor, steps: int
+) -> Tensor:
+    alphas = torch.arange(1, steps + 1, dtype=inputs.dtype) / steps
+    path = (
+        (baseline + alphas.view(-1, 1, 1) * (inputs - baseline)).detach().requires_grad_()
+    )  # [step, pos, d]
+    (gradient,) = torch.autograd.grad(score(path).sum(), path)
+    return ((inputs - baseline)[0] * gradient.mean(0)).sum(-1).detach()  # [pos]
+
+
 @exercise(
     "6.2",
+    "integrated gradients by hand",
+    "code + predict",
+    2,
+    20,
+    predicts="the completeness error |sum of IG - (f(x) - f(baseline))| / |f(x) - f(baseline)| at 16 steps",
+)
+def _integrated_gradients(
+    integrated_gradients: Callable,
+    *,
+    score: Callable[[Tensor], Tensor],
+    inputs: Tensor,
+    baseline: Tensor,
+    steps: int = 16,
+):
+    inputs, baseline = inputs.detach(), baseline.detach()
+    reference = _right_riemann_ig(score, inputs, baseline, steps)
+    mine = torch.as_tensor(integrated_gradients(score, inputs, baseline, steps)).detach().flatten()
+    if len(mine) != inputs.shape[1]:
+        raise Wrong(f"{len(mine)} scores for {inputs.shape[1]} positions: one per position")
+    _close(mine, reference, f"your {steps}-step integrated gradients", rtol=1e-3, atol=1e-4)
+    with torch.no_grad():
+        change = (score(inputs) - score(baseline)).item()
+    error = abs(reference.sum().item() - change) / max(abs(change), 1e-12)
+    return (
+        f"the right Riemann sum at every position: they add up to {reference.sum():.3f}, "
+        f"f changes by {change:.3f}.",
+        error,
+    )
+
+
+@exercise("6.3", "the area over a deletion curve", "code", 1, 10)
+def _deletion_area(deletion_area: Callable[[list[float]], float]):
+    curves = {
+        "a falling curve": [2.0, 1.0, 0.5, 0.0],
+        "a negative score": [-1.5, -1.0, -0.5],
+        "a curve that rises": [0.5, 1.5, 1.0, 0.25, 0.5],
+    }
+    for what, curve in curves.items():
+        _close(float(deletion_area(list(curve))), lrp.deletion_area(curve), f"the area of {what}", rtol=1e-6)
+    return "equals resid.lrp.deletion_area on every curve.", None
+
+
+@exercise(
+    "6.4",
     "one head's direct effect, by hand",
     "code + predict",
     3,
@@ -673,7 +728,7 @@ def _head_dla(
 
 
 @exercise(
-    "6.3",
+    "6.5",
     "the lens at both ends",
     "code + predict",
     2,
@@ -694,49 +749,6 @@ def _lens(
     _close(readout.float(), reference.float(), "the readout [boundary, prompt, vocab]", rtol=1e-3, atol=1e-3)
     first = decode([int(reference[0, 0].argmax())])
     return "the readout is right at every boundary; at the last it is the model's output.", first
-
-
-def _right_riemann_ig(
-    score: Callable[[Tensor], Tensor], inputs: Tensor, baseline: Tensor, steps: int
-) -> Tensor:
-    alphas = torch.arange(1, steps + 1, dtype=inputs.dtype) / steps
-    path = (
-        (baseline + alphas.view(-1, 1, 1) * (inputs - baseline)).detach().requires_grad_()
-    )  # [step, pos, d]
-    (gradient,) = torch.autograd.grad(score(path).sum(), path)
-    return ((inputs - baseline)[0] * gradient.mean(0)).sum(-1).detach()  # [pos]
-
-
-@exercise(
-    "6.4",
-    "integrated gradients by hand",
-    "code + predict",
-    2,
-    20,
-    predicts="the completeness error |sum of IG - (f(x) - f(baseline))| / |f(x) - f(baseline)| at 16 steps",
-)
-def _integrated_gradients(
-    integrated_gradients: Callable,
-    *,
-    score: Callable[[Tensor], Tensor],
-    inputs: Tensor,
-    baseline: Tensor,
-    steps: int = 16,
-):
-    inputs, baseline = inputs.detach(), baseline.detach()
-    reference = _right_riemann_ig(score, inputs, baseline, steps)
-    mine = torch.as_tensor(integrated_gradients(score, inputs, baseline, steps)).detach().flatten()
-    if len(mine) != inputs.shape[1]:
-        raise Wrong(f"{len(mine)} scores for {inputs.shape[1]} positions: one per position")
-    _close(mine, reference, f"your {steps}-step integrated gradients", rtol=1e-3, atol=1e-4)
-    with torch.no_grad():
-        change = (score(inputs) - score(baseline)).item()
-    error = abs(reference.sum().item() - change) / max(abs(change), 1e-12)
-    return (
-        f"the right Riemann sum at every position: they add up to {reference.sum():.3f}, "
-        f"f changes by {change:.3f}.",
-        error,
-    )
 
 
 # --- 7 patching -------------------------------------------------------------------------------

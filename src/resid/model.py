@@ -336,16 +336,23 @@ class MLP(nn.Module):
         gated = cfg.mlp in ("swiglu", "geglu")
         self.W_gate = nn.Linear(cfg.d_model, cfg.d_mlp, bias=cfg.bias) if gated else None
         self.W_out = nn.Linear(cfg.d_mlp, cfg.d_model, bias=cfg.bias)
-        self.hook_post = HookPoint()  # the neurons' activations
+        # TransformerLens's names: the pre-activation (a gated MLP's gate), the gated MLP's
+        # linear branch, and the neurons' activations
+        self.hook_pre = HookPoint()
+        self.hook_pre_linear = HookPoint() if gated else None
+        self.hook_post = HookPoint()
+
+    def activation(self, pre: Tensor) -> Tensor:
+        """The elementwise nonlinearity, applied to the pre-activation (a gated MLP's gate)."""
+        if self.kind == "swiglu":
+            return F.silu(pre)
+        return F.gelu(pre, approximate="tanh" if self.kind in ("gelu_tanh", "geglu") else "none")
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.W_in(x)
-        if self.kind == "geglu":
-            h = F.gelu(self.W_gate(x), approximate="tanh") * h
-        elif self.W_gate is not None:
-            h = F.silu(self.W_gate(x)) * h
+        if self.W_gate is None:
+            h = self.activation(self.hook_pre(self.W_in(x)))
         else:
-            h = F.gelu(h, approximate="tanh" if self.kind == "gelu_tanh" else "none")
+            h = self.activation(self.hook_pre(self.W_gate(x))) * self.hook_pre_linear(self.W_in(x))
         return self.W_out(self.hook_post(h))
 
 
