@@ -58,6 +58,8 @@ n_edges = 60  # [min 4] edges patched exactly in each of the uniform and the top
 ig_steps = 5  # [> 0] EAP-IG's steps along the line from the counterfactual to the clean input
 acdc_threshold = 0.02  # [> 0] ACDC over heads: the KL increase below which a head is removed
 n_attribution_prompts = 24  # [min 3] prompts for the attribution-method comparison
+das_dims = (1, 2, 4, 8, 16)  # [non-empty, > 0] dimensions of the subspaces DAS learns
+das_steps = 200  # [> 0] gradient steps per subspace
 seed = 0  # [min 0]
 quick = False  # a small run for CI
 
@@ -80,6 +82,7 @@ from resid import (
     book,
     circuits,
     claims,
+    das,
     data,
     exercises,
     heads,
@@ -94,6 +97,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 if quick:
     n_prompts, n_search_prompts, n_edges, ig_steps, n_attribution_prompts = 40, 4, 4, 2, 3
+    das_dims, das_steps = (1, 4), 10
 torch.manual_seed(seed)
 model = resid.load(model_name)
 tokenizer = model.tokenizer
@@ -874,6 +878,157 @@ for key, better, baseline in (
     )
 
 # %% [markdown]
+# ## Which name is repeated, as a subspace: distributed alignment search
+#
+# The circuit tells which heads move the answer; **distributed alignment search** (DAS)
+# {cite:p}`geiger2024das` asks where a high-level variable lives in one activation. Its
+# variable here is *which name is repeated*: swap it and the answer flips. An interchange
+# intervention on a k-dimensional subspace with orthonormal basis $W$ takes that subspace's
+# part of the residual stream from the name-swapped counterfactual and keeps the rest,
+# $h \leftarrow h_{\text{base}} + (h_{\text{source}} - h_{\text{base}}) W W^\top$; it
+# succeeds when the model then prefers the counterfactual's answer. DAS learns $W$ by gradient
+# descent, everything else frozen (`resid.das`). If the variable is a feature that need not
+# align with neurons, as the privileged-basis chapters ask, a learned subspace should carry it
+# far better than the same number of the best coordinates, and a random subspace should not
+# carry it at all.
+#
+# The site is the last position at the earliest boundary where swapping the *whole* residual
+# there reaches an interchange-intervention accuracy (IIA) of 0.9 on the discovery templates;
+# subspaces are learned and coordinates chosen on the discovery prompts, and every IIA is
+# measured on the held-out templates. The rule and the three criteria were committed before
+# this section first ran.
+
+# %%
+t0 = time.time()
+d_model = cfg.d_model
+full_basis = torch.eye(d_model)
+
+
+def swap_pairs(prompts: behaviours.ContrastSet, boundary: int):
+    """Each prompt's residual at the last position (base), its counterfactual's (source), and
+    the base's run from there; the counterfactual's answer is the base's S."""
+    base, run_from = das.resid_site(model, prompts.tokens, boundary)
+    source, _ = das.resid_site(model, prompts.counterfactual, boundary)
+    return base, source, run_from, prompts.foils, prompts.answers
+
+
+site_scan = []
+for boundary in range(cfg.n_layers + 1):
+    base, source, run_from, label, other = swap_pairs(discovery, boundary)
+    iia = das.interchange_accuracy(run_from, base, source, full_basis, label, other).float().mean().item()
+    site_scan.append({"boundary": boundary, "IIA, whole residual (discovery)": iia})
+site_scan = pd.DataFrame(site_scan)
+reached = site_scan[site_scan["IIA, whole residual (discovery)"] >= 0.9]
+das_boundary = int(reached["boundary"].iloc[0]) if len(reached) else cfg.n_layers
+print(f"site: the last position at boundary {das_boundary} of {cfg.n_layers} ({time.time() - t0:.0f} s)")
+
+train_base, train_source, train_run, train_label, train_other = swap_pairs(discovery, das_boundary)
+test_base, test_source, test_run, test_label, test_other = swap_pairs(held_out, das_boundary)
+
+
+def held_out_iia(basis: torch.Tensor) -> torch.Tensor:
+    """Per held-out prompt: did the interchange flip the answer? [prompt] as floats."""
+    return das.interchange_accuracy(test_run, test_base, test_source, basis, test_label, test_other).float()
+
+
+effects = das.coordinate_effects(train_run, train_base, train_source, train_label, train_other)
+ranked_coordinates = effects.argsort(descending=True)
+das_rows, learned, das_losses = [], {}, {}
+for k in das_dims:
+    learned[k], das_losses[k] = das.train_subspace(
+        train_run, train_base, train_source, train_label, k, steps=das_steps, seed=seed
+    )
+    randoms = torch.stack([held_out_iia(das.random_basis(d_model, k, seed=seed + r)) for r in range(3)])
+    das_rows.append({
+        "k": k,
+        "DAS": held_out_iia(learned[k]),
+        "best coordinates": held_out_iia(das.coordinate_basis(d_model, ranked_coordinates[:k])),
+        "random subspace": randoms.mean(0),
+    })  # fmt: skip
+ceiling = held_out_iia(full_basis)
+no_swap = das.interchange_accuracy(
+    test_run, test_base, test_source, torch.zeros(d_model, 0), test_label, test_other
+).float()
+check_rows.append(claims.check(
+    "without an interchange the model keeps its own answer on most held-out prompts",
+    no_swap.mean().item() < 0.2, f"IIA of the empty subspace {no_swap.mean():.2f}",
+))  # fmt: skip
+das_table = pd.DataFrame(
+    [
+        {"k": row["k"], "method": method, "IIA": row[method].mean().item(),
+         "low": stats.bootstrap(row[method], seed=seed)[1].item(),
+         "high": stats.bootstrap(row[method], seed=seed)[2].item()}
+        for row in das_rows
+        for method in ("DAS", "best coordinates", "random subspace")
+    ]
+)  # fmt: skip
+print(f"whole residual: IIA {ceiling.mean():.2f} on {len(ceiling)} held-out prompts; DAS, coordinates and "
+      f"random subspaces in {time.time() - t0:.0f} s")  # fmt: skip
+display(das_table.pivot(index="k", columns="method", values="IIA").round(3))
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+axes[0].plot(site_scan["boundary"], site_scan["IIA, whole residual (discovery)"], marker=".")
+axes[0].axhline(0.9, color="grey", ls="--", lw=0.8)
+axes[0].axvline(das_boundary, color="C3", lw=0.8)
+axes[0].set(xlabel="layer boundary", ylabel="IIA (discovery)", title="whole-residual interchange at the end")
+for method, group in das_table.groupby("method"):
+    bars = [group["IIA"] - group["low"], group["high"] - group["IIA"]]
+    axes[1].errorbar(group["k"], group["IIA"], yerr=bars, marker="o", capsize=3, label=method)
+axes[1].axhline(ceiling.mean().item(), color="black", ls="--", lw=0.8, label="whole residual")
+axes[1].set(xscale="log", xlabel="k (dimensions)", ylabel="IIA (held-out templates)",
+            title=f"boundary {das_boundary}, 95% intervals over prompts")  # fmt: skip
+axes[1].set_xticks(list(das_dims), [str(k) for k in das_dims])
+axes[1].legend(frameon=False, fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# How much of the learned subspace lies in SmolLM2's outlier dimensions (the privileged-basis
+# chapters' subject)? The share of the subspace's squared norm on the residual's outlier
+# coordinates at this boundary, against what a random subspace puts there ($|O| / d$):
+
+# %%
+with torch.no_grad():
+    _, site_cache = model.run_with_cache(discovery.tokens, [model.resid_names()[das_boundary]])
+site_acts = site_cache[model.resid_names()[das_boundary]].flatten(0, 1).float()
+outliers = stats.outlier_dims(site_acts)
+outlier_share = pd.DataFrame(
+    [{"k": k, "share on outlier dims": learned[k][outliers].pow(2).sum().item() / k,
+      "random subspace": len(outliers) / d_model} for k in das_dims]
+)  # fmt: skip
+print(f"{len(outliers)} outlier dimensions at boundary {das_boundary}: {outliers.tolist()}")
+display(outlier_share.round(4))
+
+# %%
+by_k = {row["k"]: row for row in das_rows}
+low_k = 4 if 4 in by_k else das_dims[-1]
+claim_rows.append(
+    claims.judge(
+        criteria["das_ceiling"], *(v.item() for v in stats.bootstrap(ceiling, seed=seed)),
+        f"IIA {ceiling.mean():.2f} at the last position of boundary {das_boundary}",
+    )
+)  # fmt: skip
+share, share_low, share_high = stats.ratio_bootstrap(by_k[low_k]["DAS"], ceiling, seed=seed)
+claim_rows.append(
+    claims.judge(
+        criteria["das_low_dimensional"], share, share_low, share_high,
+        f"k = {low_k}: IIA {by_k[low_k]['DAS'].mean():.2f} of the whole residual's {ceiling.mean():.2f} "
+        f"({share:.0%} [{share_low:.0%}, {share_high:.0%}])",
+    )
+)  # fmt: skip
+gap = torch.stack([by_k[k]["DAS"] - by_k[k]["best coordinates"] for k in das_dims], dim=1).mean(1)  # [prompt]
+gap_estimate, gap_low, gap_high = (v.item() for v in stats.bootstrap(gap, seed=seed))
+claim_rows.append(
+    claims.judge(
+        criteria["das_beats_coordinates"], gap_estimate, gap_low, gap_high,
+        f"ΔIIA {gap_estimate:+.2f} [{gap_low:+.2f}, {gap_high:+.2f}], mean over k = "
+        + ", ".join(map(str, das_dims)),
+    )
+)  # fmt: skip
+
+
+# %% [markdown]
 # (claims-ioi)=
 # ## The claims, judged against their pre-registered criteria
 #
@@ -922,6 +1077,12 @@ results = {
     "discovery": comparison.to_dict(orient="records"),
     "eap_agreement": agreement_table.to_dict(orient="records"),
     "attribution_rho": rho_table.to_dict(orient="records"),
+    "das": {
+        "boundary": das_boundary,
+        "iia": das_table.to_dict(orient="records"),
+        "ceiling": ceiling.mean().item(),
+        "outlier_share": outlier_share.to_dict(orient="records"),
+    },
     "claims": claim_rows,
     "checks": check_rows,
     "seconds": time.time() - started,
