@@ -61,3 +61,13 @@ def test_decompositions_sum_to_the_residual_stream(arch):
     attrs = cache.logit_attrs(cache.accumulated_resid(apply_ln=True, pos_slice=-1), targets)
     bias_logits = 0 if model.ln_final.bias is None else model.unembed.weight[targets] @ model.ln_final.bias
     torch.testing.assert_close(attrs[-1] + bias_logits, logits[:, -1].gather(1, targets[:, None])[:, 0])
+
+
+def test_a_stack_sliced_without_its_positions_is_refused_with_the_shapes():
+    model = tiny(**ARCHITECTURES[next(iter(ARCHITECTURES))])
+    _, cache = model.run_with_cache(TOKENS)
+    heads = cache.stack_head_results()  # [head, batch, pos, d_model]
+    with pytest.raises(ValueError, match=r"pos_slice"):
+        cache.apply_ln_to_stack(heads[:, :, -1])
+    sliced = cache.apply_ln_to_stack(heads[:, :, -1], pos_slice=-1)
+    torch.testing.assert_close(sliced, cache.apply_ln_to_stack(heads)[:, :, -1])

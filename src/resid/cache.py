@@ -152,6 +152,12 @@ class ActivationCache(dict):
         final = self._select(
             self[act_name("resid_post", self.model.cfg.n_layers - 1)], pos_slice, stacked=False
         )
+        if stack.shape[1:] != final.shape:
+            raise ValueError(
+                f"a stack of [component, {', '.join(map(str, final.shape))}] was expected (the final "
+                f"residual at these positions), got {list(stack.shape)}: pass pos_slice= the "
+                "positions the stack was sliced at"
+            )
         return norm.linear(stack, norm.scale(final))
 
     def logit_attrs(self, stack: Tensor, tokens: Tensor, incorrect_tokens: Tensor | None = None) -> Tensor:
