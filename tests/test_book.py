@@ -519,3 +519,17 @@ def test_status_says_whether_re_executing_reads_records_or_which_runs_it_trains(
     assert needed.startswith("re-executing trains 1 of its 3 runs (≈ 30 min") and "cccc000011112222" in needed
     assert "recorded from its next execution" in book.training_needed({})
     assert book.training_needed({"training_runs": {}}) == "it trains nothing"
+
+
+def test_registration_is_read_from_the_history():
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True)
+    if shallow.returncode or shallow.stdout.strip() == "true":
+        pytest.skip("needs the repository's full history")
+    # the IOI chapter's criteria were committed before its first execution
+    assert book.registration("ioi", "task")["registration"] == "confirmatory"
+    # the outliers chapter had executed before its criteria file existed
+    assert book.registration("outliers", "outliers_few")["registration"] == "exploratory"
+    # a claim added later to an executed chapter is confirmatory only where registration.toml lists it
+    listed = book.registration("attribution", "lrp_more_faithful")
+    assert listed["registration"] in ("pending", "confirmatory") and listed["criterion"]
+    assert book.registration("ioi", "no_such_claim")["registration"] == "unknown"

@@ -228,6 +228,43 @@ def package_commit() -> tuple[str, bool]:
     return commit or "unknown", dirty
 
 
+def registration(chapter: str, claim: str) -> dict:
+    """When a claim's criterion was committed relative to the results that judge it, from the
+    repository's history (``notebooks/registration.toml`` says how): ``{"registration":
+    "confirmatory" | "exploratory" | "pending" | "unknown", "criterion": commit, "first_result":
+    commit, "first_execution": commit}``; "pending" for a confirmatory criterion whose claim has
+    no committed result yet, "unknown" without the history (an installed wheel)."""
+    import tomllib
+
+    def first(*args: str) -> str:
+        lines = _git("log", "--reverse", "--format=%H", *args).splitlines()
+        return lines[0] if lines else ""
+
+    try:
+        criterion = first("-S", f"[{claim}]", "--", f"notebooks/criteria/{chapter}.toml")
+        result = first("-S", f'"id": "{claim}"', "--", f"book/chapters/{chapter}.json")
+        execution = first("--", f"book/chapters/{chapter}.ipynb")
+    except (OSError, subprocess.CalledProcessError):
+        criterion = ""
+    found = {"criterion": criterion[:7], "first_result": result[:7] if criterion else "",
+             "first_execution": execution[:7] if criterion else ""}  # fmt: skip
+    if not criterion:
+        return {"registration": "unknown", **found}
+    listed = tomllib.loads((NOTEBOOKS / "registration.toml").read_text()).get("new", {})
+
+    def precedes(a: str, b: str) -> bool:
+        if not b:
+            return True
+        return (
+            a != b and subprocess.run(["git", "merge-base", "--is-ancestor", a, b], cwd=ROOT).returncode == 0
+        )
+
+    before_data = precedes(criterion, execution) or claim in listed.get(chapter, [])
+    if not (before_data and precedes(criterion, result)):
+        return {"registration": "exploratory", **found}
+    return {"registration": "confirmatory" if result else "pending", **found}
+
+
 def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -681,24 +718,28 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
         "`<chapter>.json` beside its executed notebook) by `python -m resid.book results`, which "
         "`make book` runs; a chapter link leads to its full table and the experiment behind it.",
     ]
-    notes, counts, n_checks = [], {}, 0
+    notes, counts, n_checks, by_kind = [], {}, 0, {}
     for part in parts:
         names = [c["file"].removeprefix("chapters/") for c in part["chapters"]]
         names = [n for n in names if n in known]
         if not names:
             continue
-        lines += ["", f"## {part['caption']}", "", "| chapter | claim | paper | ours | criterion | verdict |",
-                  "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += ["", f"## {part['caption']}", "",
+                  "| chapter | claim | paper | ours | criterion | registered | verdict |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         for name in names:
             path = out_dir / f"{name}.json"
             if not path.exists():
-                lines.append(f"| {name} | *not executed yet: `make chapter CH={name}`* | | | | |")
+                lines.append(f"| {name} | *not executed yet: `make chapter CH={name}`* | | | | | |")
                 continue
             results = json.loads(path.read_text())
             link = f"{{ref}}`{name} <claims-{name}>`" + (" (quick run)" if results.get("quick") else "")
             for row in results.get("claims", []):
                 counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
-                columns = [row["claim"], row["paper"], row["ours"], row["criterion"]]
+                kind = registration(name, row["id"])["registration"] if "id" in row else "unknown"
+                by_kind.setdefault(kind, {}).setdefault(row["verdict"], 0)
+                by_kind[kind][row["verdict"]] += 1
+                columns = [row["claim"], row["paper"], row["ours"], row["criterion"], kind]
                 lines.append(
                     f"| {link} | " + " | ".join(map(cell, columns)) + f" | **{cell(row['verdict'])}** |"
                 )
@@ -708,9 +749,26 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
     checks = (f" Besides the claims, {n_checks} checks (identities and sanity properties, asserted where "
               "they are computed) passed; they are listed in their chapters and never counted as "
               "reproductions." if n_checks else "")  # fmt: skip
+    kinds = "; ".join(
+        f"**{kind}** {sum(v.values())} ("
+        + ", ".join(f"{n} {verdict}" for verdict, n in sorted(v.items(), key=lambda kv: -kv[1]))
+        + ")"
+        for kind, v in sorted(by_kind.items())
+    )
     lines[3:3] = [
         "",
         f"Verdicts over all chapters: {summary}.{checks}" if counts else "No chapter has run yet.",
+        "",
+        f"By registration: {kinds}." if by_kind else "",
+        "",
+        "A claim is **confirmatory** when its criterion was committed before any result that judges it, "
+        "**exploratory** when the chapter had shown its numbers first (both read from the repository's "
+        "history by `resid.book.registration`; `notebooks/registration.toml` says how), and only a "
+        "confirmatory verdict counts as a replication. The verdicts: **reproduced** (supported, for a "
+        "prediction of the book's own), the whole 95% interval on the claim's side of its threshold; "
+        "**not reproduced**, the whole interval on the other side; **partly**, between the threshold "
+        "and a weaker level the criterion states; **inconclusive**, the interval straddles the "
+        "threshold or could not be measured.",
     ]
     lines += ["", "## Reproducibility", "",
               "What each chapter ran on, as recorded when it ran: the command that reruns it, its time "
