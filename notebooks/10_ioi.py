@@ -60,6 +60,7 @@ acdc_threshold = 0.02  # [> 0] ACDC over heads: the KL increase below which a he
 n_attribution_prompts = 24  # [min 3] prompts for the attribution-method comparison
 das_dims = (1, 2, 4, 8, 16)  # [non-empty, > 0] dimensions of the subspaces DAS learns
 das_steps = 200  # [> 0] gradient steps per subspace
+das_select = 64  # [> 0] discovery prompts on which the best coordinates are chosen
 seed = 0  # [min 0]
 quick = False  # a small run for CI
 
@@ -97,7 +98,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 if quick:
     n_prompts, n_search_prompts, n_edges, ig_steps, n_attribution_prompts = 40, 4, 4, 2, 3
-    das_dims, das_steps = (1, 4), 10
+    das_dims, das_steps, das_select = (1, 4), 10, 8
 torch.manual_seed(seed)
 model = resid.load(model_name)
 tokenizer = model.tokenizer
@@ -931,7 +932,12 @@ def held_out_iia(basis: torch.Tensor) -> torch.Tensor:
     return das.interchange_accuracy(test_run, test_base, test_source, basis, test_label, test_other).float()
 
 
-effects = das.coordinate_effects(train_run, train_base, train_source, train_label, train_other)
+# each coordinate's single interchange, on the first das_select discovery prompts (d_model passes)
+select = torch.arange(min(das_select, len(train_base)))
+effects = das.coordinate_effects(
+    lambda h, rows: train_run(h, select[rows] if rows is not None else select),
+    train_base[select], train_source[select], train_label[select], train_other[select], chunk=16,
+)  # fmt: skip
 ranked_coordinates = effects.argsort(descending=True)
 das_rows, learned, das_losses = [], {}, {}
 for k in das_dims:
