@@ -1006,6 +1006,38 @@ outlier_share = pd.DataFrame(
 print(f"{len(outliers)} outlier dimensions at boundary {das_boundary}: {outliers.tolist()}")
 display(outlier_share.round(4))
 
+# %% [markdown]
+# ### Exercise 10.5: an interchange intervention by hand
+#
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
+# Write the interchange: `base` and `source` are `[batch, d]`, `basis` is `[d, k]` with
+# orthonormal columns; keep the part of `base` orthogonal to the subspace and take the part in
+# it from `source`. The check tries a rotated plane and two coordinates; then compare your
+# function with `das.interchange` on the learned 4-dimensional subspace above.
+
+
+# %% tags=["starter"]
+def interchange(base: torch.Tensor, source: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    """base with its component in span(basis) replaced by source's: [batch, d]."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("10.5", interchange)
+
+
+# %% tags=["hide-cell", "solution"]
+def interchange(base: torch.Tensor, source: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    projector = basis @ basis.T  # [d, d]: onto the subspace
+    return base - base @ projector + source @ projector
+
+
+some_k = 4 if 4 in learned else das_dims[-1]
+mine = interchange(test_base, test_source, learned[some_k])
+assert torch.allclose(mine, das.interchange(test_base, test_source, learned[some_k]), atol=1e-4)
+assert exercises.check("10.5", interchange)
+
+
 # %%
 by_k = {row["k"]: row for row in das_rows}
 low_k = 4 if 4 in by_k else das_dims[-1]

@@ -702,3 +702,18 @@ def test_6_3():
 
     assert passes("6.3", area)
     assert not passes("6.3", signed)
+
+
+def test_10_5():
+    def interchange(base, source, basis):
+        projector = basis @ basis.T
+        return base - base @ projector + source @ projector
+
+    def coordinates_only(base, source, basis):  # copies the basis' rows as if they were coordinates
+        out = base.clone()
+        chosen = basis.abs().sum(1) > 0
+        out[:, chosen] = source[:, chosen]
+        return out
+
+    assert passes("10.5", interchange)
+    assert not passes("10.5", coordinates_only)

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from resid import attribution, circuits, hooks, lrp, neurons, plans, stats
+from resid import attribution, circuits, das, hooks, lrp, neurons, plans, stats
 from resid.cache import act_name
 from resid.model import Config, Norm, Transformer, rotate_residual
 from resid.optim import RotatedAdamW
@@ -1097,3 +1097,20 @@ def _circuit_alone(circuit_alone: Callable, *, model: Transformer, prompts, circ
         f"average, as circuits.ablated_logit_diff has it.",
         None,
     )
+
+
+@exercise("10.5", "an interchange intervention by hand", "code", 1, 10)
+def _interchange(interchange: Callable[[Tensor, Tensor, Tensor], Tensor]):
+    g = _generator()
+    base, source = torch.randn(5, 12, generator=g), torch.randn(5, 12, generator=g)
+    for what, basis in {
+        "a rotated plane": das.random_basis(12, 2, seed=3),
+        "two coordinates": das.coordinate_basis(12, [1, 7]),
+    }.items():
+        _close(
+            interchange(base, source, basis),
+            das.interchange(base, source, basis),
+            f"the interchange on {what}",
+            atol=1e-5,
+        )
+    return "the subspace's part from the source, the rest from the base, on any orthonormal basis.", None
