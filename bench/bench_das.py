@@ -3,22 +3,11 @@ subspace against one forward and backward pass of the blocks it runs through (th
 and the best-coordinate selection (d_model single-coordinate interchanges) against one forward
 pass of those blocks. Prints the ratios."""
 
-import time
-
 import torch
+from timing import best_time
 
 import resid
 from resid import behaviours, das
-
-
-def best_time(fn, repeats: int = 3) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

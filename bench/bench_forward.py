@@ -7,24 +7,14 @@ AVX2-only CPU, where the painters chapter runs faster with ``P="dtype=float32"``
 """
 
 import importlib.util
-import time
 from pathlib import Path
 
 import torch
+from timing import best_time
 from transformers import AutoModelForCausalLM
 
 import resid
 from resid.loaders import SMOLLM2_GGUF
-
-
-def best_time(fn, repeats: int = 3) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

@@ -5,22 +5,11 @@ of the frozen network on a zero input for the bias term: about one extra forward
 the ratio (LRP time over gradient × input time) on IOI prompts.
 """
 
-import time
-
 import torch
+from timing import best_time
 
 import resid
 from resid import behaviours, lrp
-
-
-def best_time(fn, repeats: int = 3) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:
