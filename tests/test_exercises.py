@@ -417,26 +417,28 @@ def test_9_1(model, tokens):
     assert not passes("9.1", {**right, "parallel(10, 11)": True}, model=model, tokens=tokens, first=1)
 
 
+def up_to(m, t, first):
+    """The residual before block ``first``, and the blocks' rotary tables and mask."""
+    context = m.context(t.shape[1])
+    x = m.embed_tokens(t)
+    for block in m.blocks[:first]:
+        x = block(x, *context)
+    return x, context
+
+
 def test_9_2(model, tokens):
-    def by_hand(m, t, first, last):
-        context = m.context(t.shape[1])
-        x = m.embed_tokens(t)
-        for block in m.blocks[:first]:
-            x = block(x, *context)
-        x = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).mean(0)
+    def parallel_logits(m, t, first, last, combine):
+        x, context = up_to(m, t, first)
+        x = combine(torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]))
         for block in m.blocks[last + 1 :]:
             x = block(x, *context)
         return m.to_logits(x)
 
+    def by_hand(m, t, first, last):
+        return parallel_logits(m, t, first, last, lambda outputs: outputs.mean(0))
+
     def summed(m, t, first, last):  # adds the outputs instead of averaging them
-        context = m.context(t.shape[1])
-        x = m.embed_tokens(t)
-        for block in m.blocks[:first]:
-            x = block(x, *context)
-        x = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).sum(0)
-        for block in m.blocks[last + 1 :]:
-            x = block(x, *context)
-        return m.to_logits(x)
+        return parallel_logits(m, t, first, last, lambda outputs: outputs.sum(0))
 
     assert passes("9.2", by_hand, model=model, tokens=tokens, first=1, last=2)
     assert not passes("9.2", summed, model=model, tokens=tokens, first=1, last=2)
@@ -445,10 +447,7 @@ def test_9_2(model, tokens):
 
 def test_9_3(model, tokens):
     def norms(m, t, first, last):
-        context = m.context(t.shape[1])
-        x = m.embed_tokens(t)
-        for block in m.blocks[:first]:
-            x = block(x, *context)
+        x, context = up_to(m, t, first)
         parallel = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).mean(0)
         sequential = x
         for i in range(first, last + 1):
@@ -456,10 +455,7 @@ def test_9_3(model, tokens):
         return (parallel - x).norm(dim=-1).median().item(), (sequential - x).norm(dim=-1).median().item()
 
     def output_norms(m, t, first, last):  # the outputs' norms, not the updates'
-        context = m.context(t.shape[1])
-        x = m.embed_tokens(t)
-        for block in m.blocks[:first]:
-            x = block(x, *context)
+        x, context = up_to(m, t, first)
         parallel = torch.stack([m.blocks[i](x, *context) for i in range(first, last + 1)]).mean(0)
         return parallel.norm(dim=-1).median().item(), x.norm(dim=-1).median().item()
 
