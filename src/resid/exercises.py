@@ -81,6 +81,8 @@ def predict(id: str, value: object) -> None:
     if value is None or value is Ellipsis:
         print(f"✗ exercise {id}: replace the ... with your prediction")
         return
+    if isinstance(value, np.generic | Tensor) and np.ndim(value) == 0:
+        value = value.item()  # a NumPy or torch scalar, shown as the number it is
     _predictions[id] = value
     print(f"exercise {id}: prediction recorded ({value!r}); now compute the answer and check it")
 
