@@ -2,10 +2,10 @@
 models, every optimiser family, the induction model), cut to a few steps of its own configuration,
 is trained again here and compared with a record made the same way and committed in
 ``tests/records``. Training is not bit-reproducible across CPUs (another kernel sums in another
-order), and two machines with the same CPU name need not share kernels: the references were made
-on an "AMD EPYC (AVX2)" whose MKL differs from that of a later machine of the same name. So every
-run is compared within a tolerance, never bit for bit. Regenerate the references with
-``python tests/test_record_reproduces.py``.
+order): the references were made on an AVX2 EPYC, and an AVX512-BF16 EPYC (where CI ran) sums
+otherwise. A machine's description names its CPU family and vector units, not every kernel its
+BLAS picks, so every run is compared within a tolerance, never bit for bit. Regenerate the
+references with ``python tests/test_record_reproduces.py``.
 
 Runs whose optimiser or model calls a matrix decomposition (the rotations' QR, Muon's
 Newton-Schulz orthogonalisation, SOAP's eigenbases) amplify a last-bit difference within a few
