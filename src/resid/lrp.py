@@ -110,6 +110,20 @@ class Rules:
         return hook
 
 
+def _times_input(model: Transformer, tokens: Tensor, target: int, foil: int | None, hooks: list) -> tuple:
+    """Gradient × input of the score at every input position, summed over ``d_model`` in
+    float64, with ``hooks`` attached: ``([pos], the score, its inputs, the score function)``."""
+    tokens = tokens.reshape(1, -1)
+    score = prediction_score(model, tokens, target, foil)
+    with torch.no_grad():
+        inputs = model.embed_tokens(tokens)
+    inputs.requires_grad_()
+    with model.hooks(hooks):
+        explained = score(inputs)
+    (gradient,) = torch.autograd.grad(explained.sum(), inputs)
+    return (gradient * inputs).detach().double().sum(-1)[0], explained, inputs, score
+
+
 def relevance(
     model: Transformer, tokens: Tensor, target: int, foil: int | None = None
 ) -> tuple[Tensor, dict[str, float]]:
@@ -119,16 +133,8 @@ def relevance(
 
     ``tokens`` is ``[pos]`` or ``[1, pos]``; an input position's embedding includes its
     positional embedding where the model has one."""
-    tokens = tokens.reshape(1, -1)
-    score = prediction_score(model, tokens, target, foil)
     rules = Rules(model)
-    with torch.no_grad():
-        inputs = model.embed_tokens(tokens)
-    inputs.requires_grad_()
-    with model.hooks(rules.hooks("record")):
-        explained = score(inputs)
-    (gradient,) = torch.autograd.grad(explained.sum(), inputs)
-    relevances = (gradient * inputs).detach().double().sum(-1)[0]
+    relevances, explained, inputs, score = _times_input(model, tokens, target, foil, rules.hooks("record"))
     with torch.no_grad(), model.hooks(rules.hooks("replay")):
         bias = score(torch.zeros_like(inputs)).double().item()
     f, total = explained.double().item(), relevances.sum().item()
@@ -143,13 +149,7 @@ def relevance(
 
 def gradient_x_input(model: Transformer, tokens: Tensor, target: int, foil: int | None = None) -> Tensor:
     """Plain gradient × input of the same score, for comparison: ``[pos]``."""
-    tokens = tokens.reshape(1, -1)
-    score = prediction_score(model, tokens, target, foil)
-    with torch.no_grad():
-        inputs = model.embed_tokens(tokens)
-    inputs.requires_grad_()
-    (gradient,) = torch.autograd.grad(score(inputs).sum(), inputs)
-    return (gradient * inputs).detach().sum(-1)[0]
+    return _times_input(model, tokens, target, foil, [])[0].float()
 
 
 @torch.no_grad()
