@@ -78,6 +78,27 @@ def test_measurements_come_from_the_record_and_a_new_one_needs_the_weights(store
         measure(TINY, stream_statistics, tokens=tokens, boundary=2)
 
 
+def test_a_large_run_keeps_its_weights_at_half_precision_only_where_asked(store, monkeypatch):
+    monkeypatch.setattr(records, "WEIGHTS_UP_TO", 0)  # as for the book's larger models
+    tokens = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0))
+    measured = measure(TINY, stream_statistics, tokens=tokens)  # trains: a record without weights
+    assert not records.weights_path(TINY.key()).exists()
+    full = train(TINY, progress=False).model  # from the cache, as trained
+    kept = train(TINY, progress=False, keep_weights=True).model
+    saved = records.read_weights(TINY.key())
+    assert saved is not None and all(v.dtype == torch.float16 for v in saved.values())
+    gaps = [(a - b).abs().max().item() for a, b in zip(kept.parameters(), full.parameters(), strict=True)]
+    assert 0 < max(gaps) < 1e-2  # rounded, not retrained
+    assert all(torch.equal(p, p.half().float()) for p in kept.parameters())
+    record = records.read(TINY.key())
+    assert records.measurement_id(stream_statistics, {"tokens": tokens}) in record["measurements"]
+    empty_cache_and_forbid_training(monkeypatch, store, "empty")  # a fresh machine: the record alone
+    again = train(TINY, progress=False, keep_weights=True).model
+    for a, b in zip(again.parameters(), kept.parameters(), strict=True):
+        assert torch.equal(a, b)
+    pd.testing.assert_frame_equal(measure(TINY, stream_statistics, tokens=tokens)["table"], measured["table"])
+
+
 def test_a_measurement_is_filed_under_its_code_and_its_inputs():
     tokens = torch.arange(8).view(2, 4)
     name = records.measurement_id(stream_statistics, {"tokens": tokens})

@@ -6,7 +6,9 @@ the run trained, and every *measurement* a chapter took of the trained model: th
 ``fn(model, **inputs)``, filed under the function's name, a hash of its source and a hash of its
 inputs (``resid.train.measure`` takes them). A run small enough to commit (at most
 ``WEIGHTS_UP_TO`` parameters, such as the two-layer induction models) also keeps its weights,
-float32 as trained, in ``<key>.safetensors``, for the chapters that ablate or probe it.
+float32 as trained, in ``<key>.safetensors``, for the chapters that ablate or probe it. A larger
+run keeps its weights only where a chapter asks (``train(cfg, keep_weights=True)``), at half
+precision.
 
 With the records in place a chapter re-executes without training anything: its curves come from
 the histories, its statistics from the measurements. A measurement that is missing (new code, new

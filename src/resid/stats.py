@@ -172,15 +172,20 @@ def pearson(x: Tensor, y: Tensor) -> float:
     return (x @ y / (x.norm() * y.norm())).item()
 
 
+def _seed_values(values: Tensor | list[float]) -> Tensor:
+    """One value per seed as float64; copied as floats, since pandas may hand over a read-only
+    array, which torch warns about."""
+    if isinstance(values, Tensor):
+        return values.double()
+    return torch.tensor([float(v) for v in values], dtype=torch.float64)
+
+
 def t_interval(values: Tensor | list[float], level: float = 0.95) -> tuple[float, float, float]:
     """The mean of a few independent values (one per training seed) with Student's t interval:
     ``(mean, low, high)``. With few seeds this is wide, and honestly so."""
     from scipy import stats as scipy_stats
 
-    if isinstance(values, Tensor):
-        x = values.double()
-    else:  # copied as floats: pandas may hand over a read-only array, which torch warns about
-        x = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    x = _seed_values(values)
     if len(x) < 2:
         raise ValueError("an interval over seeds needs at least two seeds")
     half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std() / len(x) ** 0.5
@@ -195,7 +200,7 @@ def welch_interval(
     t interval (unequal variances): ``(difference, low, high)``."""
     from scipy import stats as scipy_stats
 
-    x, y = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    x, y = _seed_values(a), _seed_values(b)
     if len(x) < 2 or len(y) < 2:
         raise ValueError("a difference over seeds needs at least two seeds on each side")
     vx, vy = x.var() / len(x), y.var() / len(y)

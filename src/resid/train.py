@@ -283,11 +283,19 @@ def default_device() -> torch.device:
 
 
 def train(
-    cfg: TrainConfig, progress: bool = True, stop_after: int | None = None, device: torch.device | None = None
+    cfg: TrainConfig,
+    progress: bool = True,
+    stop_after: int | None = None,
+    device: torch.device | None = None,
+    keep_weights: bool = False,
 ) -> TrainResult:
     """Train (or resume, or just load) the run described by ``cfg``.
 
     ``stop_after`` ends this call after that many steps, checkpointed; the next call resumes.
+    ``keep_weights`` keeps a run too large to keep whole (see ``records.WEIGHTS_UP_TO``) with
+    its record anyway, at half precision, for a chapter that needs the model itself; the model
+    returned is then that rounded one, whether trained now or read back, so that a re-execution
+    from the record computes exactly what the first execution did.
     Training runs on the GPU when there is one; the model comes back on CPU unless ``device``
     was given.
     Under torchrun every process takes its share of each batch and DDP averages the gradients,
@@ -369,12 +377,24 @@ def train(
     record_build(
         f"training run {cfg.key()}", seconds, built_now, estimated, seconds_now=seconds_now, device=trained_on
     )
-    if len(history) >= cfg.steps and rank == 0 and (record is None or record["history"] != history):
-        # a new run, or another training of the same configuration: its record is this one, and
-        # the measurements of the other are dropped with it
-        small = sum(p.numel() for p in model.parameters()) <= records.WEIGHTS_UP_TO
-        kept = {k: v.clone() for k, v in model.state_dict().items()} if small else None  # clone: tied weights
-        records.write(records.new(cfg.key(), asdict(cfg), history, seconds, trained_on, machine()), kept)
+    small = sum(p.numel() for p in model.parameters()) <= records.WEIGHTS_UP_TO
+    rounded = keep_weights and not small and len(history) >= cfg.steps
+    if rounded:  # half precision, as committed (a no-op on weights read back from the record)
+        with torch.no_grad():
+            for parameter in model.parameters():  # the state dict's tensors (buffers are not saved)
+                parameter.copy_(parameter.half())
+    if len(history) >= cfg.steps and rank == 0:
+        kept = None
+        if small:
+            kept = {k: v.clone() for k, v in model.state_dict().items()}  # clone: tied weights
+        elif rounded:
+            kept = {k: v.half() for k, v in model.state_dict().items()}
+        if record is None or record["history"] != history:
+            # a new run, or another training of the same configuration: its record is this one,
+            # and the measurements of the other are dropped with it
+            records.write(records.new(cfg.key(), asdict(cfg), history, seconds, trained_on, machine()), kept)
+        elif rounded and weights is None:  # recorded without its weights: they join the record
+            records.write(record, kept)
     model.eval()
     model.tokenizer = ByteTokenizer()
     if not device_given:  # the book analyses on CPU; a caller who chose a device keeps the model there
