@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from resid.model import Config
-from resid.optim import RotatedAdamW
+from resid.optim import RotatedAdamW, ScalarAdamW
+from resid.stats import haar_rotation
 from resid.train import TrainConfig, make_optimizer
 
 
@@ -146,3 +147,62 @@ def test_shared_basis_adam_is_adam_on_the_model_written_in_its_basis():
         (p.detach() - plain[name].detach()).abs().max().item() for name, p in model.named_parameters()
     )
     assert moved > 1e-3  # and plain AdamW on the same model steps elsewhere: the basis matters
+
+
+def steps_of(make, w: torch.Tensor, g: torch.Tensor, n: int = 5) -> torch.Tensor:
+    p = torch.nn.Parameter(w.clone())
+    optimiser = make([p])
+    for i in range(n):
+        p.grad = g * (1 + 0.3 * i)  # a gradient that changes size, so the moments matter
+        optimiser.step()
+    return p.detach()
+
+
+def test_scalar_adam_commutes_with_rotations_and_adam_does_not():
+    g = torch.Generator().manual_seed(0)
+    w, grad = (
+        torch.randn(24, 16, generator=g, dtype=torch.float64),
+        torch.randn(24, 16, generator=g, dtype=torch.float64),
+    )
+    left, right = (
+        haar_rotation(24, seed=1, dtype=torch.float64),
+        haar_rotation(16, seed=2, dtype=torch.float64),
+    )
+
+    def gap(make) -> float:
+        plain = steps_of(make, w, grad)
+        rotated = steps_of(make, left.T @ w @ right, left.T @ grad @ right)
+        return ((left.T @ plain @ right - rotated).abs().max() / (plain - w).abs().max()).item()
+
+    assert gap(lambda ps: ScalarAdamW(ps, lr=0.01, weight_decay=0.1)) < 1e-10
+    assert gap(lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)) > 0.1
+
+
+def test_scalar_adam_first_step_is_the_gradient_over_its_rms_and_one_entry_is_adam():
+    g = torch.Generator().manual_seed(3)
+    w, grad = (
+        torch.randn(8, 5, generator=g, dtype=torch.float64),
+        torch.randn(8, 5, generator=g, dtype=torch.float64),
+    )
+    first = steps_of(lambda ps: ScalarAdamW(ps, lr=0.01, weight_decay=0.0, eps=0.0), w, grad, n=1)
+    torch.testing.assert_close(first - w, -0.01 * grad / grad.pow(2).mean().sqrt())
+    # with one entry per tensor, one scalar per tensor is one per entry: Adam itself
+    params_a, params_b = [torch.nn.Parameter(torch.ones(1, dtype=torch.float64)) for _ in range(2)]
+    kwargs = {"lr": 0.05, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+    ours = run(ScalarAdamW([params_a], **kwargs), [params_a], lambda: (3 * params_a - 1).pow(2).sum(), 20)
+    reference = run(
+        torch.optim.AdamW([params_b], **kwargs), [params_b], lambda: (3 * params_b - 1).pow(2).sum(), 20
+    )
+    assert ours == pytest.approx(reference, rel=1e-12)
+
+
+def test_scalar_adam_trains_every_parameter_of_the_model():
+    cfg = TrainConfig(model=Config(d_model=16, n_layers=1, n_heads=2, d_mlp=32, n_ctx=8, norm="basisfree"),
+                      optimizer="scalar_adamw")  # fmt: skip
+    from resid.model import Transformer
+
+    model = Transformer(cfg.model)
+    (optimiser,) = make_optimizer(model, cfg).optimizers
+    assert isinstance(optimiser, ScalarAdamW)
+    covered = {id(p) for group in optimiser.param_groups for p in group["params"]}
+    assert covered == {id(p) for p in model.parameters()}

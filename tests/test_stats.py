@@ -155,3 +155,18 @@ def test_resample_interval_reads_row_zero_as_the_estimate():
     assert estimate == pytest.approx(0.3) and low == pytest.approx(0.025) and high == pytest.approx(0.975)
     with pytest.raises(ValueError, match="resamples"):
         stats.resample_interval(torch.tensor([0.3, 0.4]))
+
+
+def test_principal_kurtosis_is_the_same_in_every_basis_and_sees_heavy_directions_off_the_axes():
+    g = torch.Generator().manual_seed(0)
+    acts = torch.randn(4096, 32, generator=g, dtype=torch.float64)
+    acts[:, 0] *= 8  # two heavy coordinates of unequal scale (equal ones would make their axes
+    acts[:, 1] *= 5  # any pair in their plane)
+    rotation = stats.haar_rotation(32, seed=5, dtype=torch.float64)
+    rotated = acts @ rotation  # the same heavy directions, off the axes
+    assert stats.kurtosis_metric(acts) > 8 and abs(stats.kurtosis_metric(rotated) - 3) < 0.5
+    # the same up to the choice of axes inside the nearly isotropic bulk
+    assert stats.principal_kurtosis(rotated) == pytest.approx(stats.principal_kurtosis(acts), rel=1e-3)
+    assert stats.principal_kurtosis(rotated) == pytest.approx(stats.kurtosis_metric(acts), rel=0.05)
+    isotropic = torch.randn(4096, 32, generator=g, dtype=torch.float64)
+    assert abs(stats.principal_kurtosis(isotropic) - 3) < 0.2

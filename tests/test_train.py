@@ -5,7 +5,7 @@ import torch
 
 import resid
 from resid.model import Config
-from resid.train import TrainConfig, lr_at, train
+from resid.train import TrainConfig, evaluate, held_out_windows, lr_at, train, window_losses
 
 TINY = TrainConfig(
     model=Config(d_model=32, n_layers=2, n_heads=2, d_mlp=64, n_ctx=32),
@@ -125,7 +125,7 @@ def test_two_process_ddp_matches_single_process(monkeypatch, tmp_path):
         torch.testing.assert_close(ddp["model"][name], value, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("optimizer", ["rotated_adamw", "shared_basis_adamw", "muon", "soap"])
+@pytest.mark.parametrize("optimizer", ["rotated_adamw", "shared_basis_adamw", "scalar_adamw", "muon", "soap"])
 def test_every_optimizer_trains_the_model(monkeypatch, tmp_path, optimizer):
     monkeypatch.setenv("RESID_CACHE", str(tmp_path))
     cfg = TrainConfig(**{**TINY.__dict__, "optimizer": optimizer, "lr": 1e-2})
@@ -225,3 +225,21 @@ def test_a_sweep_keeps_its_histories_without_the_weights(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="has not finished"):
         drop_weights(train(TINY, progress=False, stop_after=5).path)
     assert record.exists()
+
+
+def test_the_whole_split_is_evaluated_once_per_target_and_deterministically():
+    ids = torch.arange(1000) % 256
+    windows = held_out_windows(ids, 32)
+    assert windows.shape == (31, 33) and torch.equal(windows[1, 0], ids[32])  # one input overlaps
+    targets = windows[:, 1:].flatten()
+    assert torch.equal(targets, ids[1 : 1 + len(targets)])  # every target once, in order
+    torch.manual_seed(0)
+    model = resid.model.Transformer(TINY.model).eval()
+    cfg = TrainConfig(**{**TINY.__dict__, "eval_batches": 0})
+    first, second = evaluate(model, ids, cfg), evaluate(model, ids, cfg)
+    assert first == second
+    with torch.no_grad():
+        per_window = window_losses(model, windows)
+    assert first["val_loss"] == pytest.approx(per_window.mean().item(), rel=1e-6)
+    assert first["val_loss_se"] == pytest.approx((per_window.std() / 31**0.5).item(), rel=1e-6)
+    assert len(first["val_losses"]) == 4  # batches of 8 windows, the last one short

@@ -3,7 +3,9 @@
 Elhage et al. (2023) suspect Adam's per-coordinate normaliser of choosing the basis. They
 proposed, and did not run, two tests: train with a basis-free optimiser (SGD), and train with
 Adam whose moments live in a rotated basis. ``RotatedAdamW`` is the second; Muon and SOAP, whose
-updates do not single out coordinates the way Adam's do, are the modern cousins.
+updates do not single out coordinates the way Adam's do, are the modern cousins. ``ScalarAdamW``
+removes the one thing the hypothesis blames, the per-coordinate normaliser, and keeps the rest
+of Adam.
 """
 
 from __future__ import annotations
@@ -86,6 +88,52 @@ class RotatedAdamW(torch.optim.Optimizer):
                 update = _out_of(state["exp_avg"] / bias1 / denom, rotations)
                 p.mul_(1 - group["lr"] * group["weight_decay"])
                 p.add_(update, alpha=-group["lr"])
+        return loss
+
+
+class ScalarAdamW(torch.optim.Optimizer):
+    """AdamW with one second-moment estimate per parameter tensor instead of one per entry.
+
+    The first moment, the bias corrections, epsilon and the decoupled weight decay are Adam's;
+    the normaliser is the running mean of the squared gradient over the whole tensor. A rotation
+    of a matrix's input or output space rotates its gradient and its first moment and leaves
+    that mean unchanged, so this optimiser commutes with rotations, as SGD does, while keeping
+    Adam's scale-free steps and warm-up dynamics: its first step is ``-lr * G / rms(G)``, of the
+    same size as Adam's ``-lr * sign(G)``. (Adam-mini, Zhang et al. 2024, keeps one such scalar
+    per block to save memory.) Per-coordinate normalisation is the only thing it removes.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None if closure is None else closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros((), dtype=p.dtype, device=p.device)  # one scalar
+                state["step"] += 1
+                state["exp_avg"].lerp_(p.grad, 1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).add_(p.grad.pow(2).mean(), alpha=1 - beta2)
+                bias1 = 1 - beta1 ** state["step"]
+                bias2 = 1 - beta2 ** state["step"]
+                denom = (state["exp_avg_sq"] / bias2).sqrt() + group["eps"]
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(state["exp_avg"] / (bias1 * denom), alpha=-group["lr"])
         return loss
 
 

@@ -28,12 +28,12 @@ from . import records
 from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, token_ids, train_val_split
 from .loaders import cache_dir, check_name
 from .model import Config, Transformer, next_token_loss
-from .optim import RotatedAdamW
+from .optim import RotatedAdamW, ScalarAdamW
 from .progress import bar as progress_bar
 from .provenance import machine, record_build
-from .stats import haar_rotation, kurtosis_metric, top_energy_share
+from .stats import haar_rotation, kurtosis_metric, principal_kurtosis, top_energy_share
 
-OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "shared_basis_adamw", "muon", "soap")
+OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "shared_basis_adamw", "scalar_adamw", "muon", "soap")
 PRECISIONS = ("float32", "bfloat16")
 LATER_FIELDS = {"precision": "float32"}
 LATER_MODEL_FIELDS = {
@@ -61,7 +61,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     eval_every: int = 100
-    eval_batches: int = 8
+    eval_batches: int = 8  # 0: every window of the held-out split, in order (no sampling error)
     checkpoint_every: int = 100
     # bfloat16: each training step's forward and loss under bf16 autocast (matmuls in bf16, the
     # weights, optimiser state and residual sums in float32); evaluation stays in float32
@@ -181,6 +181,8 @@ def make_optimizer(model: Transformer, cfg: TrainConfig) -> Optimizers:
         optimizers = [torch.optim.SGD(groups(matrices, others), lr=cfg.lr, momentum=cfg.momentum)]
     elif cfg.optimizer == "rotated_adamw":
         optimizers = [RotatedAdamW(groups(matrices, others), seed=cfg.seed, **adam)]
+    elif cfg.optimizer == "scalar_adamw":  # every parameter, embeddings included: nothing per coordinate
+        optimizers = [ScalarAdamW(groups(matrices, others), **adam)]
     elif cfg.optimizer == "shared_basis_adamw":  # one group per parameter: each names its residual dims
         per_parameter = [{"params": [p], "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0,
                           "residual_dims": model.residual_dims(n)} for n, p in named]  # fmt: skip
@@ -216,12 +218,27 @@ def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
     privileged-basis statistics of the residual stream on the first of them: per layer
     boundary, the kurtosis metric, its value after one fixed random rotation, the kurtosis
     of what the MLPs read (their computation basis, which differs under built-in rotations),
-    the top-4 coordinates' energy share, and for ``shared_basis_adamw`` the kurtosis in the
-    optimiser's own basis. The loss of each batch is kept, for standard errors and for
-    comparisons paired on the same batches."""
+    the top-4 coordinates' energy share, the kurtosis in the stream's own principal axes (basis-
+    free: a few heavy directions, whether or not they are coordinates), and for
+    ``shared_basis_adamw`` the kurtosis in the optimiser's own basis. The loss of each batch is
+    kept, for standard errors and for comparisons paired on the same batches. With
+    ``eval_batches=0`` the batches are every window of the held-out split, so the loss has no
+    sampling error against the split, and ``val_loss_se`` is its standard error over windows
+    (against new text like it)."""
     model.eval()
-    batches = [batch_of(ids, cfg, seed=10_000 + i).to(ids.device) for i in range(cfg.eval_batches)]
-    losses = [model.loss(batch).item() for batch in batches]
+    extra = {}
+    if cfg.eval_batches == 0:
+        windows = held_out_windows(ids, cfg.model.n_ctx)
+        batches = list(windows.split(cfg.batch_size))
+        per_window = torch.cat([window_losses(model, batch) for batch in batches])
+        losses = [chunk.mean().item() for chunk in per_window.split(cfg.batch_size)]
+        extra = {
+            "val_loss": per_window.mean().item(),
+            "val_loss_se": (per_window.std() / len(per_window) ** 0.5).item(),
+        }
+    else:
+        batches = [batch_of(ids, cfg, seed=10_000 + i).to(ids.device) for i in range(cfg.eval_batches)]
+        losses = [model.loss(batch).item() for batch in batches]
     probe = batches[0][:, :-1]
     mlp_names = [] if cfg.model.attn_only else [f"blocks.{i}.hook_mlp_in" for i in range(cfg.model.n_layers)]
     _, cache = model.run_with_cache(probe, model.resid_names() + mlp_names)
@@ -234,8 +251,9 @@ def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
         "kurtosis_mlp_in": [kurtosis_metric(cache[n]) for n in mlp_names],
         "max_abs_over_rms": [(r.abs().max() / r.pow(2).mean().sqrt()).item() for r in resid],
         "top4_energy_share": [top_energy_share(r, 4) for r in resid],
+        "kurtosis_principal": [principal_kurtosis(r) for r in resid],
         "val_losses": losses,
-    }
+    } | extra
     basis = optimizer_basis(cfg)
     if basis is not None:
         result["kurtosis_optimizer_basis"] = [kurtosis_metric(r @ basis.to(r.device)) for r in resid]
@@ -254,6 +272,20 @@ def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
 
 
 REPEATED_RANDOM = "repeated-random"
+
+
+def held_out_windows(ids: torch.Tensor, n_ctx: int) -> torch.Tensor:
+    """Every window of ``n_ctx + 1`` tokens of ``ids`` that starts where the last one's inputs
+    ended (``[n, n_ctx + 1]``): each token after the first is a target exactly once."""
+    n = (len(ids) - 1) // n_ctx
+    return ids[: n * n_ctx + 1].unfold(0, n_ctx + 1, n_ctx)
+
+
+def window_losses(model: Transformer, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean next-token loss of each sequence, in nats (``[batch]``)."""
+    logits = model(tokens[:, :-1])  # [batch, pos, vocab]
+    per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+    return per_token.mean(-1)
 
 
 def batch_of(ids: torch.Tensor, cfg: TrainConfig, seed: int) -> torch.Tensor:
