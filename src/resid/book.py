@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from unittest.mock import patch
 
-from . import provenance, records
+from . import claims, provenance, records
 from .progress import ENV as PROGRESS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,7 +241,9 @@ def registration(chapter: str, claim: str) -> dict:
         return lines[0] if lines else ""
 
     try:
-        criterion = first("-S", f"[{claim}]", "--", f"notebooks/criteria/{chapter}.toml")
+        # a draft chapter's criteria are committed beside it, before it is promoted
+        criterion = first("-S", f"[{claim}]", "--", f"notebooks/criteria/{chapter}.toml",
+                          f"notebooks/drafts/criteria/{chapter}.toml")  # fmt: skip
         result = first("-S", f'"id": "{claim}"', "--", f"book/chapters/{chapter}.json")
         execution = first("--", f"book/chapters/{chapter}.ipynb")
     except (OSError, subprocess.CalledProcessError):
@@ -416,7 +418,8 @@ def run_chapter(
     jupytext.write(notebook, staged, fmt="ipynb")
     try:
         runs = os.environ.get(records.ENV) or str(out_dir.parent / "runs")
-        env = {EXECUTION_ENV: json.dumps(record), records.ENV: runs}
+        env = {EXECUTION_ENV: json.dumps(record), records.ENV: runs,
+               claims.CRITERIA_ENV: str(Path(notebooks).resolve() / "criteria")}  # fmt: skip
         if retrain_since is not None:
             env[records.RETRAIN_ENV] = repr(retrain_since)
         with _echo_progress(progress), patch.dict(os.environ, env):

@@ -26,6 +26,7 @@ A criteria file::
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,9 @@ from typing import TypedDict
 from .paths import book_folder
 
 CRITERIA = book_folder("notebooks/criteria")
+# The book's runner names the criteria beside the chapter it executes (a draft chapter's are in
+# notebooks/drafts/criteria), so that the chapter reads the file its fingerprint covers.
+CRITERIA_ENV = "RESID_CRITERIA"
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive")
 PREDICTION_VERDICTS = ("supported", "partly", "not supported", "inconclusive")
 
@@ -91,8 +95,10 @@ class Criterion:
         return text + ("" if self.partly is None else f" (partly: {rule} {self.partly:g})")
 
 
-def load_criteria(chapter: str, folder: Path = CRITERIA) -> dict[str, Criterion]:
-    """The chapter's pre-registered criteria, by id."""
+def load_criteria(chapter: str, folder: Path | None = None) -> dict[str, Criterion]:
+    """The chapter's pre-registered criteria, by id: from ``folder``, else from the folder the
+    runner names (``$RESID_CRITERIA``), else from ``notebooks/criteria``."""
+    folder = folder or Path(os.environ.get(CRITERIA_ENV) or CRITERIA)
     path = folder / f"{chapter}.toml"
     if not path.exists():
         raise FileNotFoundError(f"{path} holds no criteria; write them before the chapter runs")

@@ -78,6 +78,12 @@ LEARNING_RATES = {"sgd": (0.03, 0.1, 0.3, 1.0)}  # each optimiser's sweep; the o
 ADAPTIVE_LEARNING_RATES = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 
 
+# The redesigned Adam chapter (notebooks/drafts/05_adam.py): the same model and schedule, every
+# held-out loss on the whole held-out split, so that losses compared at equal loss carry no
+# sampling error against the split.
+ADAM_BASE = replace(OPTIMIZER_BASE, eval_batches=0)
+
+
 def optimizer_run(
     optimizer: str, lr: float, seed: int, base: TrainConfig = OPTIMIZER_BASE, **changes
 ) -> TrainConfig:
@@ -102,8 +108,9 @@ def excess_kurtosis(evaluation: dict, basis: str = "kurtosis") -> tuple[float, i
 
 
 def evaluation_curve(history: list[dict]) -> pd.DataFrame:
-    """A run's logged evaluations: step, held-out loss, and the excess kurtosis (with its
-    boundary), also in the optimiser's basis where it has one."""
+    """A run's logged evaluations: step, held-out loss (with its standard error where logged),
+    and the excess kurtosis (with its boundary), also in the optimiser's basis where it has one
+    and in the stream's principal axes where they were logged."""
     rows = []
     for row in history:
         if "val_loss" not in row:
@@ -117,6 +124,10 @@ def evaluation_curve(history: list[dict]) -> pd.DataFrame:
         }
         if "kurtosis_optimizer_basis" in row:
             entry["excess in optimiser basis"] = excess_kurtosis(row, "kurtosis_optimizer_basis")[0]
+        if "kurtosis_principal" in row:
+            entry["excess in principal axes"] = excess_kurtosis(row, "kurtosis_principal")[0]
+        if "val_loss_se" in row:
+            entry["val loss se"] = row["val_loss_se"]
         rows.append(entry)
     return pd.DataFrame(rows)
 

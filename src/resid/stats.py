@@ -45,8 +45,8 @@ def principal_kurtosis(acts: Tensor) -> float:
     uncentred second-moment matrix). It is the same in every basis the activations are written
     in (up to the choice of axes inside a subspace of equal variance, such as an isotropic
     bulk: a relative 1e-4 in the tests): high when a few directions carry most of the energy,
-    whether or not they are coordinate axes. Beside ``kurtosis_metric`` it separates "the stream has a few heavy directions" from
-    "those directions are the coordinates"."""
+    whether or not they are coordinate axes. Beside ``kurtosis_metric`` it separates "the
+    stream has a few heavy directions" from "those directions are the coordinates"."""
     x = acts.reshape(-1, acts.shape[-1]).double()
     _, axes = torch.linalg.eigh(x.T @ x / len(x))
     return kurtosis_metric(x @ axes)
