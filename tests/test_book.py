@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from resid import book, provenance
+from resid import book, claims, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -533,3 +533,17 @@ def test_registration_is_read_from_the_history():
     listed = book.registration("attribution", "lrp_more_faithful")
     assert listed["registration"] in ("pending", "confirmatory") and listed["criterion"]
     assert book.registration("ioi", "no_such_claim")["registration"] == "unknown"
+
+
+def test_the_adam_drafts_defaults_are_the_design_committed_with_its_criteria():
+    from resid import experiments
+
+    declared = book.declared_parameters("adam", ROOT / "notebooks" / "drafts")
+    design = experiments.ADAM_DESIGN
+    for name in ("seeds", "learning_rates", "sgd_lr", "sgd_steps_factor", "widths", "width_seeds",
+                 "width_reference_lr"):  # fmt: skip
+        assert declared[name].default == design[name], name
+    jobs = experiments.adam_design()
+    assert len({cfg.key() for *_, cfg in jobs}) == 77  # 60 on the grid, 5 SGD, 12 widths (d 256 shared)
+    criteria = claims.load_criteria("adam", ROOT / "notebooks" / "drafts" / "criteria")
+    assert {f"adamw_privileged_{r}" for r in ("5e3", "1e2", "2e2")} <= set(criteria)

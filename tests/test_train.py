@@ -4,8 +4,9 @@ import pytest
 import torch
 
 import resid
+from resid import records
 from resid.model import Config
-from resid.train import TrainConfig, evaluate, held_out_windows, lr_at, train, window_losses
+from resid.train import TrainConfig, evaluate, held_out_windows, lr_at, train, train_queue, window_losses
 
 TINY = TrainConfig(
     model=Config(d_model=32, n_layers=2, n_heads=2, d_mlp=64, n_ctx=32),
@@ -243,3 +244,22 @@ def test_the_whole_split_is_evaluated_once_per_target_and_deterministically():
     assert first["val_loss"] == pytest.approx(per_window.mean().item(), rel=1e-6)
     assert first["val_loss_se"] == pytest.approx((per_window.std() / 31**0.5).item(), rel=1e-6)
     assert len(first["val_losses"]) == 4  # batches of 8 windows, the last one short
+
+
+def test_a_queue_trains_what_has_no_record_in_parallel_as_it_would_one_by_one(monkeypatch, tmp_path):
+    configs = [TrainConfig(**{**TINY.__dict__, "seed": s, "steps": 10}) for s in (1, 2, 3)]
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(records.ENV, str(tmp_path / "one-by-one"))
+    alone = {cfg.key(): train(cfg, progress=False).history for cfg in configs[:2]}
+    assert train_queue(configs, workers=1, progress=False) == [configs[2].key()]  # the others are recorded
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache-parallel"))
+    monkeypatch.setenv(records.ENV, str(tmp_path / "parallel"))
+    assert sorted(train_queue(configs + configs[:1], workers=2, progress=False)) == sorted(
+        c.key() for c in configs
+    )
+    for key, history in alone.items():  # one core per process sums in another order: the same run to 1e-5
+        recorded = records.read(key)["history"]
+        for got, want in zip(recorded, history, strict=True):
+            assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-5)
+        assert recorded[-1]["val_loss"] == pytest.approx(history[-1]["val_loss"], rel=1e-5)
+    assert train_queue(configs, workers=2, progress=False) == []

@@ -87,17 +87,15 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 from resid import book, claims, experiments, progress, stats
-from resid.experiments import at_loss, evaluation_curve, optimizer_run, width
+from resid.experiments import at_loss, evaluation_curve
 from resid.train import run_history
 
 warnings.filterwarnings("ignore", message="IProgress not found")
 sns.set_theme(style="whitegrid", context="notebook")
 started = time.time()
 base = experiments.ADAM_BASE
-reference_width = base.model.d_model
 if quick:  # every code path on a tiny model, none of the conclusions
     base = experiments.quick_config(base)
-    reference_width = base.model.d_model
     seeds, width_seeds, widths = (101, 102), (101, 102), (16, 32, 64)
 OPTIMISERS = {  # TrainConfig.optimizer -> label
     "adamw": "AdamW",
@@ -123,24 +121,15 @@ def near_control(low: float, mean: float, high: float) -> bool:
 # ## The queue
 #
 # Every run the chapter reads, trained (or read from its record) one at a time.
-
+# `python -m resid.experiments queue adam --workers N` trains the same runs ahead of time, N at
+# a time (on a GPU machine, sharing the GPU), and writes their records.
 
 # %%
-def sgd_run(seed: int):
-    return optimizer_run("sgd", sgd_lr, seed, base, steps=base.steps * sgd_steps_factor,
-                         checkpoint_every=base.checkpoint_every * sgd_steps_factor)  # fmt: skip
-
-
-def width_run(name: str, d_model: int, seed: int):
-    lr = width_reference_lr * reference_width / d_model
-    return width(optimizer_run(name, lr, seed, base), d_model)
-
-
-jobs = [("grid", name, lr, s, optimizer_run(name, lr, s, base))
-        for lr in learning_rates for name in OPTIMISERS for s in seeds]  # fmt: skip
-jobs += [("sgd", "sgd", sgd_lr, s, sgd_run(s)) for s in seeds]
-jobs += [("width", name, d, s, width_run(name, d, s)) for name in ("adamw", "scalar_adamw") for d in widths
-         for s in width_seeds]  # fmt: skip
+jobs = experiments.adam_design(
+    base, seeds=seeds, learning_rates=learning_rates, optimisers=tuple(OPTIMISERS), sgd_lr=sgd_lr,
+    sgd_steps_factor=sgd_steps_factor, widths=widths, width_seeds=width_seeds,
+    width_reference_lr=width_reference_lr,
+)  # fmt: skip
 curves = []
 for part, name, setting, s, cfg in progress.track(jobs, "training run"):
     curve = evaluation_curve(run_history(cfg, progress=False))

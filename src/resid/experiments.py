@@ -82,6 +82,37 @@ ADAPTIVE_LEARNING_RATES = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 # held-out loss on the whole held-out split, so that losses compared at equal loss carry no
 # sampling error against the split.
 ADAM_BASE = replace(OPTIMIZER_BASE, eval_batches=0)
+# Its design, fixed with its criteria before any of its runs trained.
+ADAM_DESIGN = {
+    "seeds": (101, 102, 103, 104, 105),  # fresh: no other chapter trains on them
+    "learning_rates": (5e-3, 1e-2, 2e-2),
+    "optimisers": ("adamw", "shared_basis_adamw", "rotated_adamw", "scalar_adamw"),
+    "sgd_lr": 0.1,
+    "sgd_steps_factor": 3,
+    "widths": (128, 256, 512),
+    "width_optimisers": ("adamw", "scalar_adamw"),
+    "width_seeds": (101, 102, 103),
+    "width_reference_lr": 1e-2,  # at the base's width; at width d, this times base width / d
+}
+
+
+def adam_design(base: TrainConfig = ADAM_BASE, **design) -> list[tuple[str, str, float, int, TrainConfig]]:
+    """Every run of the redesigned Adam chapter, as ``(part, optimiser, setting, seed, config)``:
+    part "grid" (setting: the learning rate), "sgd" (its rate) or "width" (d_model). ``design``
+    overrides ``ADAM_DESIGN``'s entries."""
+    d = ADAM_DESIGN | design
+    jobs = [("grid", name, lr, s, optimizer_run(name, lr, s, base))
+            for lr in d["learning_rates"] for name in d["optimisers"] for s in d["seeds"]]  # fmt: skip
+    longer = {"steps": base.steps * d["sgd_steps_factor"],
+              "checkpoint_every": base.checkpoint_every * d["sgd_steps_factor"]}  # fmt: skip
+    jobs += [("sgd", "sgd", d["sgd_lr"], s, optimizer_run("sgd", d["sgd_lr"], s, base, **longer))
+             for s in d["seeds"]]  # fmt: skip
+    for name in d["width_optimisers"]:
+        for d_model in d["widths"]:
+            lr = d["width_reference_lr"] * base.model.d_model / d_model
+            jobs += [("width", name, d_model, s, width(optimizer_run(name, lr, s, base), d_model))
+                     for s in d["width_seeds"]]  # fmt: skip
+    return jobs
 
 
 def optimizer_run(
@@ -251,3 +282,42 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
     return replace(
         cfg, model=tiny, steps=40, warmup_steps=5, eval_every=20, checkpoint_every=20, batch_size=8
     )
+
+
+QUEUES = {"adam": adam_design}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m resid.experiments queue adam [--workers N] [--estimate]``: train a chapter's
+    runs ahead of executing it, N at a time, their records written into ``book/runs`` (or
+    ``$RESID_RECORDS``); ``--estimate`` only says how many are missing and what they would take
+    here. On a GPU machine the workers share the GPU."""
+    import argparse
+    import os
+
+    from . import records
+    from .train import estimated_seconds, train_queue
+
+    parser = argparse.ArgumentParser(prog="python -m resid.experiments", description=main.__doc__)
+    parser.add_argument("command", choices=["queue"])
+    parser.add_argument("design", choices=sorted(QUEUES))
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--estimate", action="store_true")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    os.environ.setdefault(records.ENV, str(records.DEFAULT))
+    configs = list({cfg.key(): cfg for *_, cfg in QUEUES[args.design]()}.values())
+    missing = [cfg for cfg in configs if records.read(cfg.key()) is None]
+    print(f"{args.design}: {len(configs)} runs, {len(missing)} without a record in {records.directory()}")
+    if args.estimate:
+        hours = sum(estimated_seconds(cfg) for cfg in missing) / 3600
+        print(f"training them here, one at a time: ≈ {hours:.1f} h (with --workers N, less where the machine "
+              "has room for N at once)")  # fmt: skip
+        return
+    trained = train_queue(missing, workers=args.workers)
+    print(f"trained {len(trained)}; their records are in {records.directory()}")
+
+
+if __name__ == "__main__":
+    main()

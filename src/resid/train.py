@@ -30,6 +30,7 @@ from .loaders import cache_dir, check_name
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW, ScalarAdamW
 from .progress import bar as progress_bar
+from .progress import steps as progress_steps
 from .provenance import machine, record_build
 from .stats import haar_rotation, kurtosis_metric, principal_kurtosis, top_energy_share
 
@@ -586,6 +587,43 @@ def _timed_step_and_eval(cfg: TrainConfig, device: torch.device) -> tuple[float,
     started = time.perf_counter()
     evaluate(model, val_ids.to(device), cfg)
     return per_step, time.perf_counter() - started
+
+
+def estimated_seconds(cfg: TrainConfig, device: torch.device | None = None) -> float:
+    """What training ``cfg`` would take here: a few timed steps and one evaluation, scaled to
+    its length (runs that differ only in seed, rate or length are timed once)."""
+    return _time_steps(cfg, device or default_device())
+
+
+def train_queue(configs: list[TrainConfig], workers: int = 1, progress: bool = True) -> list[str]:
+    """Train every configuration that has no record yet, ``workers`` runs at a time, each in a
+    process of its own with an equal share of the CPU's cores (or sharing the GPU), so that no
+    two runs fight over a core. Records are written where ``$RESID_RECORDS`` points, as ``train``
+    writes them; an interrupted queue resumes each run from its checkpoint. Returns the keys it
+    trained."""
+    todo = list({cfg.key(): cfg for cfg in configs if records.read(cfg.key()) is None}.values())
+    if workers <= 1 or len(todo) <= 1:
+        for cfg in progress_steps(todo, "training run", show=progress):
+            train(cfg, progress=False)
+        return [cfg.key() for cfg in todo]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited torch state
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=torch.set_num_threads,
+                             initargs=(threads,)) as pool:  # fmt: skip
+        futures = [pool.submit(_train_quietly, cfg) for cfg in todo]
+        with progress_bar(len(futures), "training run", show=progress) as shown:
+            for future in as_completed(futures):
+                future.result()  # a failed run fails the queue, naming its error
+                shown.update()
+    return [cfg.key() for cfg in todo]
+
+
+def _train_quietly(cfg: TrainConfig) -> str:
+    train(cfg, progress=False)
+    return cfg.key()
 
 
 def history_path(cfg: TrainConfig) -> Path:
