@@ -533,6 +533,9 @@ def test_registration_is_read_from_the_history():
     listed = book.registration("attribution", "lrp_more_faithful")
     assert listed["registration"] in ("pending", "confirmatory") and listed["criterion"]
     assert book.registration("ioi", "no_such_claim")["registration"] == "unknown"
+    # a draft's criteria, committed beside it before its runs: pending until its first execution
+    draft = book.registration("adam", "adam_makes_heavy_directions_1e2")
+    assert draft["registration"] in ("pending", "confirmatory") and draft["criterion"]
 
 
 def test_the_adam_drafts_defaults_are_the_design_committed_with_its_criteria():

@@ -96,7 +96,7 @@ started = time.time()
 base = experiments.ADAM_BASE
 if quick:  # every code path on a tiny model, none of the conclusions
     base = experiments.quick_config(base)
-    seeds, width_seeds, widths = (101, 102), (101, 102), (16, 32, 64)
+    seeds, width_seeds, widths, learning_rates = (101, 102), (101, 102), (16, 32), (1e-2,)
 OPTIMISERS = {  # TrainConfig.optimizer -> label
     "adamw": "AdamW",
     "shared_basis_adamw": "AdamW, one rotated basis",
