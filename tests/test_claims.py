@@ -58,6 +58,22 @@ def test_every_committed_criteria_file_parses():
         assert criteria and all(c.metric and c.source for c in criteria.values())
 
 
+def test_drafts_criteria_parse_and_every_claim_listed_as_new_has_a_criterion():
+    import tomllib
+
+    drafts = claims.CRITERIA.parent / "drafts" / "criteria"
+    for path in sorted(drafts.glob("*.toml")):
+        criteria = claims.load_criteria(path.stem, drafts)
+        assert criteria and all(c.metric and c.source for c in criteria.values()), path
+    listed = tomllib.loads((claims.CRITERIA.parent / "registration.toml").read_text())["new"]
+    for chapter, ids in listed.items():
+        known = set()
+        for folder in (claims.CRITERIA, drafts):
+            if (folder / f"{chapter}.toml").exists():
+                known |= set(claims.load_criteria(chapter, folder))
+        assert set(ids) <= known, f"{chapter}: {sorted(set(ids) - known)} have no criterion"
+
+
 def test_an_unmeasured_interval_is_inconclusive_and_a_reversed_one_an_error():
     assert claims.judge(ABOVE, float("nan"), float("nan"), float("nan"))["verdict"] == "inconclusive"
     with pytest.raises(ValueError, match="reversed"):
