@@ -354,6 +354,8 @@ pd.DataFrame(
 # %% [markdown]
 # ### Exercise 1.3: what moves the metric?
 #
+# *Predict, then code and check · difficulty 2 of 3 · about 20 minutes*
+#
 # First, on paper: take $d = 576$ coordinates that are standard Gaussian except one, which
 # equals $a$. Ignoring the mean, the fourth moment is about $(a^4 + 3(d-1))/d$ and the second
 # about $(a^2 + d-1)/d$. **Predict** the kurtosis for $a = 100$, then check it with

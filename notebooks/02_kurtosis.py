@@ -115,6 +115,8 @@ sanity.style.format({"kurtosis": "{:.2f}"}).hide(axis="index")
 # %% [markdown]
 # ### Exercise 2.1: a formula, and where it fails
 #
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
 # Give $k$ of $d$ Gaussian coordinates a standard deviation $s$ and the rest 1. The
 # distribution of one entry then has kurtosis
 # $3d\,(k s^4 + d - k)\,/\,(k s^2 + d - k)^2$. **Predict** from it the metric for the table's
@@ -218,6 +220,8 @@ display(
 
 # %% [markdown]
 # ### Exercise 2.2: when does the basis appear?
+#
+# *Coding · difficulty 2 of 3 · about 15 minutes*
 #
 # From the logged curves (`blocks`: one row per run, step and layer), find for each run the
 # first evaluation step at which some layer's kurtosis exceeds 5, or none. **Predict** first:
@@ -363,6 +367,8 @@ per_layer.style.format("{:.2f}")
 
 # %% [markdown]
 # ### Exercise 2.3: train and measure a model of your own
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 20 minutes*
 #
 # With `resid.train.train` and `resid.experiments.quick_config(experiments.REGIME)` (a tiny
 # version of the regime, seconds to train), train a model, read its residual stream on held-out

@@ -190,6 +190,8 @@ display(Markdown(
 # %% [markdown]
 # ### Exercise 4.1: forget one matrix
 #
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
 # `rotate_residual` multiplies every matrix that reads the residual stream by $R$ and every one
 # that writes it by $R^\top$. Rotate the seed-0 basis-free model in float64, then put back the
 # unrotated output matrix of block 0's MLP (`blocks[0].mlp.W_out`), as a bug in a hand-written
@@ -329,6 +331,8 @@ display(Markdown(
 # %% [markdown]
 # ### Exercise 4.2: the smallest rotation that matters
 #
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
 # A Givens rotation turns only one plane: it mixes two coordinates and leaves the rest alone.
 # Build one that mixes, by 45°, the dimension holding SmolLM2's largest residual entry with
 # another dimension, apply it to the folded model with `rotate_residual`, and compare the logits
@@ -434,6 +438,8 @@ display(summary)
 
 # %% [markdown]
 # ### Exercise 4.3: where the computation basis lives
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
 #
 # In the shared-rotation model each MLP reads $\mathrm{norm}(x) R$, where $x$ is the residual
 # stream after attention (`blocks.{i}.hook_resid_mid`) and $R$ is the block's buffer `R_mlp_in`.

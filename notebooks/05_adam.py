@@ -116,6 +116,8 @@ claim_rows, check_rows = [], []
 #
 # ### Exercise 5.1: which optimisers commute with a rotation?
 #
+# *Predict, then code and check · difficulty 2 of 3 · about 20 minutes*
+#
 # Rotate a problem: replace a weight matrix $W$ by $P^\top W Q$ and its gradient $G$ by
 # $P^\top G Q$, for random rotations $P$, $Q$. An optimiser that does not care about the basis
 # takes the rotated step: its result is $P^\top W_\text{new} Q$. **Predict** which of SGD with
@@ -188,6 +190,8 @@ gaps.style.format("{:.1e}")
 # the basis, this optimiser should pick *its* basis, not the standard one.
 #
 # ### Exercise 5.2: Adam's first step
+#
+# *Predict, then code and check · difficulty 1 of 3 · about 10 minutes*
 #
 # **Predict** AdamW's first update of a parameter with gradient $G$ (bias-corrected moments,
 # tiny $\epsilon$, no weight decay), then check it. What does that update do to a gradient that

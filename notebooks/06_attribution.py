@@ -374,7 +374,7 @@ print("position by position:", np.round(by_hand[library.position], 3))
 # %% [markdown]
 # ### Exercise 6.2: integrated gradients by hand
 #
-# *Coding and a prediction · difficulty 2 of 3 · about 20 minutes*
+# *Predict, then code and check · difficulty 2 of 3 · about 20 minutes*
 #
 # Integrated gradients credits position $i$ with its share of the change of $f$ along the
 # straight path from the baseline $x'$ to the input $x$:
@@ -584,6 +584,8 @@ display(top_components.style.format({"dla": "{:+.3f}"}).hide(axis="index"))
 # %% [markdown]
 # ### Exercise 6.4: one head's direct effect, by hand
 #
+# *Predict, then code and check · difficulty 3 of 3 · about 25 minutes*
+#
 # Take the head with the largest |DLA|. Its write to the residual stream at the last position is
 # its output `blocks.{L}.attn.hook_z[:, -1, H]` times its slice of the output matrix
 # (`W_O.weight[:, H*d_head:(H+1)*d_head]`). Pass that through the final norm frozen at each
@@ -654,6 +656,8 @@ print(
 
 # %% [markdown]
 # ### Exercise 6.5: the lens at both ends
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
 #
 # Read the residual stream of the capital prompts yourself (`model.residual_stream`), apply the
 # final norm (`model.ln_final`) and the unembedding (`model.unembed`) to the last position at

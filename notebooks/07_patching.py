@@ -147,6 +147,8 @@ print(
 # %% [markdown]
 # ### Exercise 7.1: the first row, exactly
 #
+# *Prediction · difficulty 1 of 3 · about 10 minutes*
+#
 # **Predict** the first row of the map above (layer 0: the residual stream *is* the token and
 # position embeddings) before looking at it closely. Where the clean and counterfactual prompts
 # have the same token, what does patching change? Where they differ? What must the lost
@@ -552,6 +554,8 @@ print(f"induction model: clean logit diff {small_clean_ld:.2f}, counterfactual {
 
 # %% [markdown]
 # ### Exercise 7.3: the two ends of a circuit
+#
+# *Prediction · difficulty 1 of 3 · about 10 minutes*
 #
 # `patching.circuit_metric(model, clean, counterfactual, metric, kept)` runs the clean prompt with
 # every edge outside `kept` carrying its value from the counterfactual run. **Predict** the

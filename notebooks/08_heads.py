@@ -285,6 +285,8 @@ print(
 # %% [markdown]
 # ### Exercise 8.2: how low can the first pass go?
 #
+# *Prediction · difficulty 1 of 3 · about 10 minutes*
+#
 # The first pass of a repeated sequence is tokens drawn uniformly at random. **Predict**, from
 # first principles, the lowest loss any model can have there on average: for the small model
 # (tokens drawn from all 256 bytes) and for SmolLM2 (drawn from `n_vocab_sample` frequent
@@ -409,6 +411,8 @@ print(
 
 # %% [markdown]
 # ### Exercise 8.3: read a copying score off the OV circuit
+#
+# *Coding · difficulty 1 of 3 · about 10 minutes*
 #
 # With `heads.ov_circuit(model, layer, head, frequent)` (rows: the attended token; columns: the
 # logit it raises), compute the strongest copier's copying score yourself: the fraction of rows

@@ -279,6 +279,8 @@ display(Markdown(
 # %% [markdown]
 # ### Exercise 9.1: plans that are the same plan
 #
+# *Prediction · difficulty 1 of 3 · about 10 minutes*
+#
 # A plan (`resid.plans`) is a tuple of steps; a step of several layers runs them on one input and
 # averages their outputs. **Predict** which of these compute exactly the full model:
 # `plans.parallel(T, 10, 10)`, `plans.middle_repeat(T, 10, 10)`, `plans.parallel(T, 10, 11)`;
@@ -453,6 +455,8 @@ print("the same logits")
 # %% [markdown]
 # ### Exercise 9.3: why a parallel step needs loops
 #
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
 # Each block adds an update to the residual stream, $x \mapsto x + \Delta_i(x)$, so averaging
 # the outputs of $M$ blocks that read the same $x$ adds the *mean* of their updates. **Predict**:
 # is the parallel step's update of layers 10–13 larger or smaller than the sequential blocks'
@@ -490,7 +494,7 @@ print(f"median update norm per token: parallel {parallel_update:.1f}, sequential
 # %% [markdown]
 # ### Exercise 9.4: a plan of your own: the middle painted twice
 #
-# *Coding and a prediction · difficulty 2 of 3 · about 15 minutes*
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
 #
 # A plan is data, so a variant the paper did not run takes a few lines. Write
 # `middle_twice(n_layers, first, last)`: the blocks in order up to `last`, then blocks

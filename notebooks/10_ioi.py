@@ -549,6 +549,8 @@ display(
 # %% [markdown]
 # ### Exercise 10.2: the circuit without its name movers
 #
+# *Prediction · difficulty 2 of 3 · about 15 minutes*
+#
 # **Predict** first: with the name movers removed from the circuit (and mean-ablated like
 # every other head outside it), does the rest still prefer IO? Then compute the logit
 # difference it keeps on the held-out prompts with `circuits.ablated_logit_diff`, and check it

@@ -556,6 +556,15 @@ def test_every_exercise_in_the_chapters_is_registered_with_a_starter_that_checks
     assert table["difficulty"].between(1, 3).all() and (table["minutes"] > 0).all()
 
 
+def test_every_exercise_heading_is_followed_by_its_kind_difficulty_and_time():
+    for name in book.chapters():
+        text = book.source(name).read_text()
+        for number, following in re.findall(r"^# ### Exercise (\d+\.\d+).*\n#\n# (.*)$", text, flags=re.M):
+            assert following == exercises.byline(number), f"{name}, exercise {number}: {following!r}"
+        headings = re.findall(r"^# ### Exercise", text, flags=re.M)
+        assert len(headings) == len(re.findall(r"difficulty \d of 3", text)), name
+
+
 # --- the fourth exercise of each chapter that has one ------------------------------------------
 
 

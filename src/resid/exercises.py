@@ -75,6 +75,16 @@ def exercise(id: str, title: str, kind: str, difficulty: int, minutes: int, pred
     return register
 
 
+KIND_WORDS = {"code": "Coding", "code + predict": "Predict, then code and check", "predict": "Prediction"}
+
+
+def byline(id: str) -> str:
+    """The line under an exercise's heading in its chapter: what it asks for, its difficulty
+    and its time, from the catalogue (a test holds every chapter to it)."""
+    ex = _lookup(id)
+    return f"*{KIND_WORDS[ex.kind]} · difficulty {ex.difficulty} of 3 · about {ex.minutes} minutes*"
+
+
 def predict(id: str, value: object) -> None:
     """Put a prediction on record before checking: nothing about the answer is shown."""
     _lookup(id)
