@@ -1,5 +1,5 @@
-"""What individual attention heads do: positional and induction scores, OV and QK circuits,
-copying and copy suppression, and the direct path.
+"""What individual attention heads do: positional, subword-joiner and induction scores, OV and
+QK circuits, copying, successor and copy-suppression heads, memory management, and the direct path.
 
 Scores follow Olsson et al. (2022) and the Primer (Ferrando et al. 2024, section 5): on a
 sequence of random tokens repeated once, a previous-token head attends from each position to
@@ -66,6 +66,89 @@ def head_scores(model: Transformer, tokens: Tensor, period: int, start: int | No
         for layer in range(model.cfg.n_layers)
         for head in range(model.cfg.n_heads)
     ]
+    return pd.DataFrame(rows)
+
+
+def positional_scores(patterns: Tensor) -> dict[str, Tensor]:
+    """How much every head attends to a key at a fixed place relative to its query (the Primer's
+    positional heads): ``self`` (the query's own position), ``previous`` (the one before),
+    ``next`` (the one after: zero in a causal model) and ``first`` (position 0, where models park
+    attention they do not need). Each is the mean attention weight on that key over queries 2
+    onwards, where the four keys are distinct: ``{kind: [layer, head]}``. ``patterns``:
+    ``[layer, batch, head, query, key]`` (``attention_patterns``)."""
+    n = patterns.shape[-1]
+    q = torch.arange(2, n)
+    ahead = q[q < n - 1]
+    return {
+        "self": patterns[..., q, q].mean((1, -1)),
+        "previous": patterns[..., q, q - 1].mean((1, -1)),
+        "next": patterns[..., ahead, ahead + 1].mean((1, -1)) if len(ahead) else patterns.new_zeros(
+            patterns.shape[0], patterns.shape[2]),
+        "first": patterns[..., q, 0].mean((1, -1)),
+    }  # fmt: skip
+
+
+def word_starts(tokenizer, tokens: Tensor) -> Tensor:
+    """``[batch, pos]``, True where a token begins a word: a token continues the word before it
+    when its text starts with a letter or digit and the previous token's text ends with one
+    ("un" "believ" "able"); anything after a space, punctuation or the start begins a word."""
+    texts = [[tokenizer.decode([i]) for i in row] for row in tokens.tolist()]
+    starts = torch.ones(tokens.shape, dtype=torch.bool)
+    for b, row in enumerate(texts):
+        for p in range(1, len(row)):
+            here, before = row[p], row[p - 1]
+            starts[b, p] = not (here[:1].isalnum() and before[-1:].isalnum())
+    return starts
+
+
+def subword_joiner_scores(patterns: Tensor, starts: Tensor) -> Tensor:
+    """The Primer's subword-joiner heads: for every head, the attention mass a token inside a
+    word (not its first piece) puts on the earlier pieces of the same word, averaged over every
+    such token: ``[layer, head]``. ``patterns``: ``[layer, batch, head, query, key]``;
+    ``starts``: ``[batch, pos]`` from ``word_starts``."""
+    word = starts.long().cumsum(1)  # [batch, pos]: which word each token belongs to
+    n = starts.shape[1]
+    earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)  # [query, key]: key strictly before
+    same_word = (word[:, :, None] == word[:, None, :]) & earlier  # [batch, query, key]
+    mass = (patterns * same_word[None, :, None].to(patterns.dtype)).sum(-1)  # [layer, batch, head, query]
+    inside = ~starts  # [batch, query]
+    if not inside.any():
+        raise ValueError("no token continues a word: these sequences cannot score a subword joiner")
+    return mass.permute(0, 2, 1, 3)[:, :, inside].mean(-1)
+
+
+@torch.no_grad()
+def successor_scores(model: Transformer, sequences: list[Tensor]) -> pd.DataFrame:
+    """Successor heads (Gould et al. 2023): for every head, the fraction of ordinal tokens (one,
+    two, three...; Monday, Tuesday...; each list in order) whose OV circuit, among all the
+    lists' tokens, raises the next token of its own list most. ``[layer, head, successor]``; a
+    head that copies what it attends to scores 0, chance is about one over the number of tokens."""
+    ids = torch.cat(sequences)
+    offsets = torch.tensor([0, *[len(s) for s in sequences]]).cumsum(0)
+    rows = torch.cat(
+        [torch.arange(start, end - 1) for start, end in zip(offsets[:-1], offsets[1:], strict=True)]
+    )
+    out = []
+    for layer in range(model.cfg.n_layers):
+        for head in range(model.cfg.n_heads):
+            ov = ov_circuit(model, layer, head, ids)
+            hits = (ov[rows].argmax(1) == rows + 1).float().mean().item()
+            out.append({"layer": layer, "head": head, "successor": hits})
+    return pd.DataFrame(out)
+
+
+@torch.no_grad()
+def ov_eigenvalue_signs(model: Transformer) -> pd.DataFrame:
+    """For every head, ``sum(Re λ) / sum(|λ|)`` over the eigenvalues λ of its OV circuit in the
+    residual stream (``[d_model, d_model]``): +1 for a head that writes back the direction it
+    reads, -1 for one that writes its negative. A head attending to its own position with a
+    negative sign erases what the stream holds there: the Primer's memory management."""
+    rows = []
+    for layer in range(model.cfg.n_layers):
+        for head in range(model.cfg.n_heads):
+            eigenvalues = torch.linalg.eigvals(model.OV(layer, head).double())
+            sign = (eigenvalues.real.sum() / eigenvalues.abs().sum()).item()
+            rows.append({"layer": layer, "head": head, "eigenvalue sign": sign})
     return pd.DataFrame(rows)
 
 

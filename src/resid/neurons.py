@@ -29,6 +29,21 @@ def value_logits(model: Transformer, layer: int, neurons: Tensor | None = None) 
         return model.direction_logits(write(values, block.R_mlp_out)).float()
 
 
+@torch.no_grad()
+def in_out_cosines(model: Transformer, layer: int) -> Tensor:
+    """Each neuron's input direction (its row of ``W_in``, times the norm's per-channel gain
+    where there is one) against its output direction (its column of ``W_out``), both in the
+    residual basis: ``[neuron]`` cosines. A large negative cosine marks a neuron that removes
+    from the stream what made it fire: the Primer's memory management."""
+    block = model.blocks[layer]
+    inputs = write(block.mlp.W_in.weight, block.R_mlp_in)  # [d_mlp, d_model]
+    gain = getattr(block.ln2, "weight", None)
+    if gain is not None and gain.shape == (model.cfg.d_model,):
+        inputs = inputs * gain
+    outputs = write(block.mlp.W_out.weight.T, block.R_mlp_out)  # [d_mlp, d_model]
+    return torch.nn.functional.cosine_similarity(inputs.float(), outputs.float(), dim=-1)
+
+
 def promoted_tokens(model: Transformer, layer: int, neuron: int, k: int = 10) -> pd.DataFrame:
     """The ``k`` tokens a neuron's value vector promotes most and the ``k`` it suppresses most."""
     logits = value_logits(model, layer, torch.tensor([neuron]))[0]
