@@ -552,13 +552,23 @@ def test_every_exercise_in_the_chapters_is_registered_with_a_starter_that_checks
         checked = {m for c in starters for m in re.findall(r'exercises\.check\("(\d+\.\d+)"', c.source)}
         assert checked == set(numbers), f"{name}: starters check {sorted(checked)}, exercises {numbers}"
     assert sorted(in_chapters) == sorted(exercises.EXERCISES), "an exercise without a check, or the reverse"
+    drafts = book.NOTEBOOKS / "drafts"  # a draft carries the exercises of the chapter it supersedes
+    for name in book.chapters(drafts):
+        numbers = re.findall(r"^# ### Exercise (\d+\.\d+)", book.source(name, drafts).read_text(), flags=re.M)
+        starters = [c for c in book.handout(name, drafts).cells if "starter" in c.metadata.get("tags", [])]
+        checked = {m for c in starters for m in re.findall(r'exercises\.check\("(\d+\.\d+)"', c.source)}
+        assert checked == set(numbers) and set(numbers) <= set(exercises.EXERCISES), f"draft {name}"
     table = exercises.catalogue()
     assert table["difficulty"].between(1, 3).all() and (table["minutes"] > 0).all()
 
 
 def test_every_exercise_heading_is_followed_by_its_kind_difficulty_and_time():
-    for name in book.chapters():
-        text = book.source(name).read_text()
+    drafts = book.NOTEBOOKS / "drafts"
+    sources = [book.source(n) for n in book.chapters()] + [
+        book.source(n, drafts) for n in book.chapters(drafts)
+    ]
+    for path in sources:
+        name, text = path.stem, path.read_text()
         for number, following in re.findall(r"^# ### Exercise (\d+\.\d+).*\n#\n# (.*)$", text, flags=re.M):
             assert following == exercises.byline(number), f"{name}, exercise {number}: {following!r}"
         headings = re.findall(r"^# ### Exercise", text, flags=re.M)

@@ -84,10 +84,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+import torch
 from IPython.display import Markdown, display
 
-from resid import book, claims, experiments, progress, stats
+from resid import book, claims, exercises, experiments, progress, stats
 from resid.experiments import at_loss, evaluation_curve
+from resid.optim import RotatedAdamW, ScalarAdamW
 from resid.train import run_history
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -116,6 +118,143 @@ def near_control(low: float, mean: float, high: float) -> bool:
     model give intervals too wide to read: there only the mean is held, loosely."""
     return abs(mean) < 3.0 if quick else -1.0 < low and high < 1.0
 
+
+# %% [markdown]
+# ## Where an optimiser could pick the basis
+#
+# Before training anything: an optimiser can only prefer the standard basis if its step on a
+# rotated problem differs from the rotated step on the original one. The two exercises below
+# check which of ours do, and what Adam's step looks like.
+#
+# ### Exercise 5.1: which optimisers commute with a rotation?
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 20 minutes*
+#
+# Rotate a problem: replace a weight matrix $W$ by $P^\top W Q$ and its gradient $G$ by
+# $P^\top G Q$, for random rotations $P$, $Q$. An optimiser that does not care about the basis
+# takes the rotated step: its result is $P^\top W_\text{new} Q$. **Predict** which of SGD with
+# momentum, AdamW, Muon (`torch.optim.Muon`) and our `RotatedAdamW` do, then check three steps
+# of each on a $64 \times 32$ matrix with a fixed gradient.
+
+
+# %% tags=["starter"]
+exercises.predict("5.1", ...)  # the set of those that commute: {"SGD", "AdamW", "Muon", "RotatedAdamW"}?
+
+
+def relative_gap(make, W: torch.Tensor, G: torch.Tensor, P: torch.Tensor, Q: torch.Tensor) -> float:
+    """Three steps of make([p]) from (W, G) and from (PᵀWQ, PᵀGQ): the largest entry of
+    Pᵀ W_new Q minus the rotated run's result, over the largest entry of the step W_new - W."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("5.1", relative_gap)
+
+
+# %% tags=["hide-cell", "solution"]
+def steps(make, w: torch.Tensor, g: torch.Tensor, n: int = 3) -> torch.Tensor:
+    p = torch.nn.Parameter(w.clone())
+    optimiser = make([p])
+    for _ in range(n):
+        p.grad = g.clone()
+        optimiser.step()
+    return p.detach()
+
+
+gen = torch.Generator().manual_seed(0)
+W, G = torch.randn(64, 32, generator=gen), torch.randn(64, 32, generator=gen)
+P, Q = stats.haar_rotation(64, seed=1), stats.haar_rotation(32, seed=2)
+makers = {
+    "SGD, momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.0),
+    "Muon": lambda ps: torch.optim.Muon(ps, lr=0.01, adjust_lr_fn="match_rms_adamw"),
+    "RotatedAdamW": lambda ps: RotatedAdamW(ps, lr=0.01, weight_decay=0.0, seed=0),
+    "ScalarAdamW": lambda ps: ScalarAdamW(ps, lr=0.01, weight_decay=0.0),
+}
+
+
+def relative_gap(make, W: torch.Tensor, G: torch.Tensor, P: torch.Tensor, Q: torch.Tensor) -> float:
+    plain, rotated = steps(make, W, G), steps(make, P.T @ W @ Q, P.T @ G @ Q)
+    return ((P.T @ plain @ Q - rotated).abs().max() / (plain - W).abs().max()).item()
+
+
+exercises.predict("5.1", {"SGD", "Muon"})  # no per-coordinate scale: a rotated problem, a rotated step
+assert exercises.check("5.1", relative_gap)
+gap = {name: relative_gap(make, W, G, P, Q) for name, make in makers.items()}
+# Muon orthogonalises with a Newton-Schulz iteration in bfloat16: equivariant up to its rounding
+check_rows += [
+    claims.check(
+        "SGD with momentum commutes with rotations",
+        gap["SGD, momentum"] < 1e-4,
+        f"relative gap {gap['SGD, momentum']:.1e}",
+    ),
+    claims.check(
+        "Muon commutes with rotations (to its bfloat16 rounding)",
+        gap["Muon"] < 0.05,
+        f"relative gap {gap['Muon']:.1e}",
+    ),
+    claims.check(
+        "ScalarAdamW commutes with rotations",
+        gap["ScalarAdamW"] < 1e-4,
+        f"relative gap {gap['ScalarAdamW']:.1e}",
+    ),
+    claims.check(
+        "AdamW and RotatedAdamW do not",
+        min(gap["AdamW"], gap["RotatedAdamW"]) > 0.5,
+        f"relative gaps {gap['AdamW']:.2f}, {gap['RotatedAdamW']:.2f}",
+    ),
+]
+gaps = pd.Series(gap, name="|rotated step − rotation of the step| / |step|").to_frame()
+gaps.style.format("{:.1e}")
+
+# %% [markdown]
+# RotatedAdamW is no more rotation-equivariant than AdamW: it normalises per coordinate too,
+# only in a fixed random basis of its own. That is the paper's test: if Adam's normaliser picks
+# the basis, this optimiser should pick *its* basis, not the standard one.
+#
+# ### Exercise 5.2: Adam's first step
+#
+# *Predict, then code and check · difficulty 1 of 3 · about 10 minutes*
+#
+# **Predict** AdamW's first update of a parameter with gradient $G$ (bias-corrected moments,
+# tiny $\epsilon$, no weight decay), then check it. What does that update do to a gradient that
+# points along a random direction rather than a coordinate axis? Finally, check that
+# `RotatedAdamW(identity=True)` takes exactly AdamW's steps.
+
+# %% tags=["starter"]
+exercises.predict("5.2", ...)  # the cosine between AdamW's first step and a Gaussian gradient
+
+
+def first_step(G: torch.Tensor, lr: float) -> torch.Tensor:
+    """AdamW's first update of a parameter with gradient G (no weight decay, tiny epsilon)."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("5.2", first_step)
+
+# %% tags=["hide-cell", "solution"]
+first = steps(lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.0), W, G, n=1)
+same = steps(lambda ps: RotatedAdamW(ps, lr=0.01, identity=True), W, G)
+reference = steps(lambda ps: torch.optim.AdamW(ps, lr=0.01), W, G)
+check_rows += [
+    claims.check("AdamW's first step is -lr·sign(G)", torch.allclose(first - W, -0.01 * G.sign(), atol=1e-6)),
+    claims.check(
+        "RotatedAdamW(identity=True) takes AdamW's steps", torch.allclose(same, reference, atol=1e-6)
+    ),
+]
+cosine = (G.sign().flatten() @ G.flatten() / (G.numel() ** 0.5 * G.norm())).item()
+
+
+def first_step(G: torch.Tensor, lr: float) -> torch.Tensor:
+    return -lr * G.sign()  # bias-corrected first moments are G, second moments G²: G / |G|
+
+
+exercises.predict("5.2", (2 / np.pi) ** 0.5)  # E|g| / sqrt(E g²) for a Gaussian
+assert exercises.check("5.2", first_step)
+print(
+    f"first step = -lr·sign(G): every coordinate moves by the same amount, whatever its gradient. Its "
+    f"cosine with the gradient is {cosine:.2f} (√(2/π) ≈ 0.80 for a Gaussian gradient): the step "
+    "points at a corner of the cube around W, a direction set by the coordinate axes."
+)
 
 # %% [markdown]
 # ## The queue
@@ -302,6 +441,42 @@ trend_text = f"d {max(widths)} − d {min(widths)}: {mean:+.2f} [{low:+.2f}, {hi
 claim_rows.append(claims.judge(criteria["width_adamw"], mean, low, high, trend_text))
 width_table.style.format({"lr": "{:.2g}", "val loss": "{:.3f}", "excess kurtosis": "{:.2f}",
                           "excess in principal axes": "{:.2f}"}).hide(axis="index")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 5.3: where the energy sits
+#
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
+# The "top-4 energy share" is the fraction of the residual stream's squared norm (summed over
+# tokens) held by its four heaviest coordinates; $4/d$ for a basis-free representation. Compute
+# it yourself and check it against `resid.stats.top_energy_share`. Every evaluation logged it
+# for every layer boundary, so the runs' records hold its value at the end of training:
+# **predict** first which of AdamW and ScalarAdamW (lr 1e-2, the first seed) ends further above
+# $4/d$ at the last boundary, then read it off their histories (`resid.train.run_history`).
+
+
+# %% tags=["starter"]
+def top4_share(acts: torch.Tensor) -> float:
+    """The share of the squared activation, summed over tokens, held by the 4 heaviest coordinates."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("5.3", top4_share)
+
+
+# %% tags=["hide-cell", "solution"]
+def top4_share(acts: torch.Tensor) -> float:
+    energy = acts.double().pow(2).sum(0)  # per coordinate, over tokens
+    return (energy.topk(4).values.sum() / energy.sum()).item()
+
+
+assert exercises.check("5.3", top4_share)
+logged = {}
+for name in ("adamw", "scalar_adamw"):
+    history = run_history(experiments.optimizer_run(name, 1e-2, seeds[0], base), progress=False)
+    logged[OPTIMISERS[name]] = [row for row in history if "val_loss" in row][-1]["top4_energy_share"][-1]
+print(", ".join(f"{label} {share:.3f}" for label, share in logged.items())
+      + f" at the last boundary; 4/d = {4 / base.model.d_model:.3f}")  # fmt: skip
 
 # %% [markdown]
 # ## Checks
