@@ -48,6 +48,8 @@ def test_word_starts_join_pieces_of_one_word_and_a_joiner_head_scores_one():
     previous = patterns_attending(1, 7)[:, :1]  # "able" puts its weight on "believ": also the same word
     scores = heads.subword_joiner_scores(torch.cat([joiner, previous]), starts)
     assert scores[0, 0].item() == 1.0 and scores[1, 0].item() == 1.0
+    index = heads.joiner_index(torch.cat([joiner, previous]), starts)
+    assert index[0, 0].item() == 1.0 and index[1, 0].item() == 0.0  # the previous-token head: a side effect
     self_attending = patterns_attending(0, 7)[:, :1]
     assert heads.subword_joiner_scores(self_attending, starts).item() == 0.0
     with pytest.raises(ValueError, match="no token continues a word"):
@@ -99,3 +101,13 @@ def test_a_neuron_that_writes_minus_what_it_reads_has_cosine_minus_one():
         1.0, abs=1e-6
     )
     assert cosines[2:].abs().max() < 0.9  # random directions in 16 dimensions
+
+
+def test_in_a_gated_mlp_the_input_direction_is_the_gates():
+    torch.manual_seed(0)
+    cfg = Config(d_model=16, n_layers=1, n_heads=2, d_mlp=8, n_ctx=8, norm="basisfree", mlp="swiglu")
+    model = Transformer(cfg).eval()
+    mlp = model.blocks[0].mlp
+    with torch.no_grad():
+        mlp.W_out.weight[:, 0] = -mlp.W_gate.weight[0]
+    assert neurons.in_out_cosines(model, 0)[0].item() == pytest.approx(-1.0, abs=1e-6)

@@ -117,6 +117,20 @@ def subword_joiner_scores(patterns: Tensor, starts: Tensor) -> Tensor:
     return mass.permute(0, 2, 1, 3)[:, :, inside].mean(-1)
 
 
+def joiner_index(patterns: Tensor, starts: Tensor) -> Tensor:
+    """``subword_joiner_scores`` minus the attention each head puts on the previous token where
+    a token *begins* a word: a previous-token head joins pieces of a word as a side effect and
+    scores about 0 here; a head that reaches back within words, and only within words, scores
+    up to 1. ``[layer, head]``."""
+    first_pieces = starts.clone()
+    first_pieces[:, 0] = False  # position 0 has no previous token
+    if not first_pieces.any():
+        raise ValueError("no token after the first begins a word")
+    previous = patterns.diagonal(offset=-1, dim1=-2, dim2=-1)  # [layer, batch, head, query - 1]
+    across = previous.permute(0, 2, 1, 3)[:, :, first_pieces[:, 1:]].mean(-1)
+    return subword_joiner_scores(patterns, starts) - across
+
+
 @torch.no_grad()
 def successor_scores(model: Transformer, sequences: list[Tensor]) -> pd.DataFrame:
     """Successor heads (Gould et al. 2023): for every head, the fraction of ordinal tokens (one,

@@ -31,12 +31,14 @@ def value_logits(model: Transformer, layer: int, neurons: Tensor | None = None) 
 
 @torch.no_grad()
 def in_out_cosines(model: Transformer, layer: int) -> Tensor:
-    """Each neuron's input direction (its row of ``W_in``, times the norm's per-channel gain
-    where there is one) against its output direction (its column of ``W_out``), both in the
-    residual basis: ``[neuron]`` cosines. A large negative cosine marks a neuron that removes
-    from the stream what made it fire: the Primer's memory management."""
+    """Each neuron's input direction (the direction that makes it fire: its row of ``W_in``,
+    of ``W_gate`` in a gated MLP, times the norm's per-channel gain where there is one) against
+    its output direction (its column of ``W_out``), both in the residual basis: ``[neuron]``
+    cosines. A large negative cosine marks a neuron that removes from the stream what made it
+    fire: the Primer's memory management."""
     block = model.blocks[layer]
-    inputs = write(block.mlp.W_in.weight, block.R_mlp_in)  # [d_mlp, d_model]
+    firing = block.mlp.W_in if block.mlp.W_gate is None else block.mlp.W_gate
+    inputs = write(firing.weight, block.R_mlp_in)  # [d_mlp, d_model]
     gain = getattr(block.ln2, "weight", None)
     if gain is not None and gain.shape == (model.cfg.d_model,):
         inputs = inputs * gain
