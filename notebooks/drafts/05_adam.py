@@ -20,7 +20,7 @@
 # privileged basis is clearly present, against an Adam that normalises by one scalar per matrix
 # and so cannot prefer any basis, with every comparison paired by seed and read at equal loss.
 # Its criteria (`notebooks/drafts/criteria/adam.toml`) were committed before any of its runs
-# trained; the claims table says which verdicts that makes confirmatory.
+# trained; the results page reads from the history which verdicts that makes confirmatory.
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
