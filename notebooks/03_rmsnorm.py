@@ -68,8 +68,8 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, claims, experiments, stats
-from resid.model import Config, Norm, fold_norm_gains
+from resid import book, claims, exercises, experiments, stats
+from resid.model import Config, Norm, Transformer, fold_norm_gains
 from resid.train import train
 
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -148,8 +148,6 @@ summary.style.format({"kurtosis": "{:.2f}", "rotated control": "{:.3f}"})
 # with unit gain. Check with `resid.model.Norm` and `resid.stats.haar_rotation`.
 
 # %% tags=["starter"]
-from resid import exercises  # the exercises' checks
-
 # which commute? a set, of "basisfree", "rmsnorm", "rmsnorm trained" and "layernorm"
 exercises.predict("3.1", ...)
 
@@ -163,7 +161,9 @@ exercises.check("3.1", rotation_gap)
 
 # %% tags=["hide-cell", "solution"]
 d = base.model.d_model
-rms_model = train(experiments.variant("rmsnorm", seeds[0], base), progress=False).model
+# The one trained model this chapter needs whole: its weights are committed with its run record,
+# at half precision, so a re-execution on a fresh machine reads them instead of training.
+rms_model = train(experiments.variant("rmsnorm", seeds[0], base), progress=False, keep_weights=True).model
 x = torch.randn(64, d, generator=torch.Generator().manual_seed(seed))
 rotation = stats.haar_rotation(d, seed=seed)
 norms = {kind: Norm(Config(d_model=d, norm=kind)) for kind in ("basisfree", "rmsnorm", "layernorm")}
@@ -177,6 +177,15 @@ check_rows += [
     claims.check("trained RMSNorm gains and LayerNorm do not",
                  min(gap_after_rotation["rmsnorm, trained gains"], gap_after_rotation["layernorm"]) > 1e-3),
 ]  # fmt: skip
+
+
+def rotation_gap(norm: torch.nn.Module, x: torch.Tensor, rotation: torch.Tensor) -> float:
+    with torch.no_grad():
+        return (norm(x @ rotation) - norm(x) @ rotation).abs().max().item()
+
+
+exercises.predict("3.1", {"basisfree", "rmsnorm"})  # one scalar (or unit) gain: rotations pass through
+assert exercises.check("3.1", rotation_gap)
 pd.Series(gap_after_rotation, name="max |N(xR) - N(x)R|").to_frame().style.format("{:.1e}")
 
 # %% [markdown]
@@ -202,7 +211,7 @@ def fold_ln2_gain(model):
     raise NotImplementedError  # your code here
 
 
-rms_model = train(experiments.variant("rmsnorm", seeds[0], base), progress=False).model
+rms_model = train(experiments.variant("rmsnorm", seeds[0], base), progress=False, keep_weights=True).model
 exercises.check("3.2", fold_ln2_gain, model=rms_model, tokens=tokens)
 
 # %% tags=["hide-cell", "solution"]
@@ -221,6 +230,18 @@ check_rows += [
                  f"{loss:.6f} vs {loss_by_hand:.6f} and {loss_folded:.6f}"),
     claims.check("after folding every norm gain is 1", all(torch.all(g == 1) for g in gains)),
 ]  # fmt: skip
+
+
+def fold_ln2_gain(model):
+    folded = copy.deepcopy(model)
+    with torch.no_grad():
+        folded.blocks[0].mlp.W_in.weight.mul_(folded.blocks[0].ln2.weight)
+        folded.blocks[0].ln2.weight.fill_(1.0)
+    return folded
+
+
+exercises.predict("3.2", "yes")
+assert exercises.check("3.2", fold_ln2_gain, model=rms_model, tokens=tokens)
 print(f"loss {loss:.6f}; gain folded by hand {loss_by_hand:.6f}; every gain folded {loss_folded:.6f}. "
       "Yes: with unit gains every norm is basis-free, so the gains change only how training "
       "moves the weights, not what the trained model can compute.")  # fmt: skip
@@ -232,8 +253,9 @@ print(f"loss {loss:.6f}; gain folded by hand {loss_by_hand:.6f}; every gain fold
 #
 # A parameter can prefer coordinates only if it acts on them one by one: a vector of size
 # $d_\text{model}$ (a per-channel gain or bias) rather than a matrix that reads or writes the
-# whole stream. **Predict** how many such vectors each of the three trained models has, then
-# count them.
+# whole stream. **Predict** how many such vectors each of the three models has, then count them.
+# Training changes their values, not which parameters exist, so a freshly built copy of each
+# model (`Transformer(config.model)`) has the same ones.
 
 # %% tags=["starter"]
 exercises.predict("3.3", ...)  # {"basisfree": how many?, "rmsnorm": ..., "layernorm": ...}
@@ -244,15 +266,20 @@ def per_channel_vectors(model) -> list[str]:
     raise NotImplementedError  # your code here
 
 
-models = {name: train(experiments.variant(name, seeds[0], base), progress=False).model for name in names}
+models = {name: Transformer(experiments.variant(name, seeds[0], base).model) for name in names}
 exercises.check("3.3", per_channel_vectors, models=models)
 
+
 # %% tags=["hide-cell", "solution"]
-per_channel = {}
-for name in names:
-    trained = train(experiments.variant(name, seeds[0], base), progress=False).model
-    per_channel[name] = [n for n, p in trained.named_parameters() if p.shape == (base.model.d_model,)]
-n_norms = 2 * base.model.n_layers + 1  # two per block and the final one
+def per_channel_vectors(model) -> list[str]:
+    return [n for n, p in model.named_parameters() if p.shape == (model.cfg.d_model,)]
+
+
+n_norms = 2 * base.model.n_layers + 1  # two per block and the final one, each with one gain vector
+exercises.predict("3.3", {"basisfree": 0, "rmsnorm": n_norms, "layernorm": n_norms})
+models = {name: Transformer(experiments.variant(name, seeds[0], base).model) for name in names}
+assert exercises.check("3.3", per_channel_vectors, models=models)
+per_channel = {name: per_channel_vectors(model) for name, model in models.items()}
 check_rows.append(claims.check(
     "per-channel vectors: none in the basis-free model, one per norm in the others",
     len(per_channel["basisfree"]) == 0
@@ -295,6 +322,62 @@ for key, values, what in (
     claim_rows.append(claims.judge(criteria[key], mean, low, high, ours))
 claim_table = claims.table(claim_rows)
 claim_table.style.hide(axis="index")
+
+# %% [markdown]
+# ### Exercise 3.4: why pair by seed?
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
+# The rows above compare the variants seed by seed: run $s$ of the basis-free model and run
+# $s$ of the LayerNorm model share a seed, so they see the same batches in the same order.
+# Write `paired_interval(a, b)`, the mean of the per-seed differences `a - b` with its 95%
+# Student's $t$ interval, and compare its width, for the held-out losses, with the interval
+# that ignores the pairing (`resid.stats.welch_interval`, Welch's two-sample interval).
+# **Predict** first: how many times wider is the unpaired interval of Δ loss than the paired
+# one? (Less than 1 is possible: what would it say about the seeds?)
+
+# %% tags=["starter"]
+exercises.predict("3.4", ...)  # a number: the unpaired interval's width over the paired one's
+
+
+def paired_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of the differences a[i] - b[i], with a 95% Student's t interval."""
+    raise NotImplementedError  # your code here
+
+
+losses = {name: by_seed.loc[name, "val loss"].loc[list(seeds)].tolist() for name in names}
+exercises.check("3.4", paired_interval, treated=losses["basisfree"], control=losses["layernorm"])
+
+
+# %% tags=["hide-cell", "solution"]
+def paired_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    return stats.t_interval(np.asarray(a) - np.asarray(b))
+
+
+# A guess before looking: runs that share batches share their hard and easy stretches, so their
+# losses move together and the differences vary less than either loss does.
+exercises.predict("3.4", 2.0)
+losses = {name: by_seed.loc[name, "val loss"].loc[list(seeds)].tolist() for name in names}
+assert exercises.check("3.4", paired_interval, treated=losses["basisfree"], control=losses["layernorm"])
+pairing = []
+for column, what in (("val loss", "Δ loss"), ("excess kurtosis", "Δ excess kurtosis")):
+    a, b = (by_seed.loc[name, column].loc[list(seeds)].to_numpy() for name in ("basisfree", "layernorm"))
+    paired_ci, unpaired_ci = paired_interval(a, b), stats.welch_interval(a, b)
+    ratio = (unpaired_ci[2] - unpaired_ci[1]) / (paired_ci[2] - paired_ci[1])
+    pairing.append({"difference (basis-free − LayerNorm)": what, "paired": paired_ci, "unpaired": unpaired_ci,
+                    "width ratio (unpaired / paired)": ratio,
+                    "correlation over seeds": float(np.corrcoef(a, b)[0, 1])})  # fmt: skip
+judged_loss = next(row for row in claim_rows if row["id"] == "trains_as_well")
+check_rows.append(claims.check(
+    "the paired interval by hand is the one the claims table judged (Δ loss)",
+    np.allclose(pairing[0]["paired"], [judged_loss["estimate"], *judged_loss["interval"]]),
+))  # fmt: skip
+pairing = pd.DataFrame(pairing)
+for side in ("paired", "unpaired"):
+    pairing[side] = pairing[side].map(lambda ci: f"{ci[0]:+.3g} [{ci[1]:+.3g}, {ci[2]:+.3g}]")
+pairing.style.format({"width ratio (unpaired / paired)": "{:.2f}", "correlation over seeds": "{:+.2f}"}).hide(
+    axis="index"
+)
 
 # %% [markdown]
 # **What differs from the paper, and what does not.** Computed from the rows above.

@@ -204,6 +204,19 @@ def test_3_3():
     assert not passes("3.3", norms_only, models=models)
 
 
+def test_3_4():
+    treated, control = [1.10, 1.21, 1.05, 1.18, 1.12], [1.08, 1.17, 1.04, 1.15, 1.09]
+
+    def paired(a, b):
+        return stats.t_interval(torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64))
+
+    def unpaired(a, b):
+        return stats.welch_interval(a, b)
+
+    assert passes("3.4", paired, treated=treated, control=control, prediction=3.0)
+    assert not passes("3.4", unpaired, treated=treated, control=control)
+
+
 def test_4_1(tokens):
     model = tiny(norm="basisfree")
 

@@ -467,6 +467,34 @@ def _per_channel(per_channel_vectors: Callable[[Transformer], list[str]], *, mod
     return "the right parameters for every model.", counts
 
 
+def _width(interval: tuple[float, float, float]) -> float:
+    return interval[2] - interval[1]
+
+
+@exercise(
+    "3.4",
+    "why pair by seed?",
+    "code + predict",
+    2,
+    15,
+    predicts="how many times wider the unpaired (Welch) interval of the loss difference is than the paired",
+)
+def _paired_interval(paired_interval: Callable, *, treated: list[float], control: list[float]):
+    # Synthetic seeds first: a shared seed effect that pairing cancels and an unpaired interval
+    # does not, so an unpaired answer cannot pass by luck.
+    g = _generator()
+    shared = torch.randn(6, generator=g, dtype=torch.float64)
+    a = shared + 0.1 * torch.randn(6, generator=g, dtype=torch.float64) + 0.3
+    b = shared + 0.1 * torch.randn(6, generator=g, dtype=torch.float64)
+    for x, y, what in ((a, b, "synthetic seeds"), (treated, control, "the chapter's seeds")):
+        x, y = _as_float64(x), _as_float64(y)
+        mine = tuple(float(v) for v in paired_interval(x.tolist(), y.tolist()))
+        _close(mine, stats.t_interval(x - y), f"(mean, low, high) of the differences on {what}", rtol=1e-4)
+    differences = _as_float64(treated) - _as_float64(control)
+    ratio = _width(stats.welch_interval(treated, control)) / _width(stats.t_interval(differences))
+    return "the paired interval is right.", ratio
+
+
 # --- 4 rotations ------------------------------------------------------------------------------
 
 
