@@ -745,3 +745,15 @@ def test_10_5():
 
     assert passes("10.5", interchange)
     assert not passes("10.5", coordinates_only)
+
+
+def test_11_1():
+    def sign(ov):
+        eigenvalues = torch.linalg.eigvals(ov.double())
+        return (eigenvalues.real.sum() / eigenvalues.abs().sum()).item()
+
+    def trace_only(ov):  # the real parts without the normalisation by |λ|
+        return torch.trace(ov).item()
+
+    assert passes("11.1", sign)
+    assert not passes("11.1", trace_only)

@@ -6,6 +6,7 @@ import torch
 from resid import function_vectors as fv
 from resid import hooks
 from resid.cache import act_name
+from resid.metrics import AnswerProbability
 from resid.model import Config, Transformer
 
 
@@ -36,7 +37,7 @@ def test_the_indirect_effect_is_the_patch_of_one_heads_last_output_and_zero_for_
     corrupted, answers = torch.randint(0, 40, (4, 7)), torch.randint(0, 40, (4,))
     mean_z = [torch.randn(2, 8) for _ in range(2)]
     effects = fv.average_indirect_effect(model, corrupted, answers, mean_z)
-    probability = fv.answer_probability(answers)
+    probability = AnswerProbability(answers)
     _, cache = model.run_with_cache(corrupted, [act_name("z", i) for i in range(2)])
     base = probability(model(corrupted)[:, -1]).mean()
     for layer, head in ((0, 1), (1, 0)):

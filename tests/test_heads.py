@@ -3,6 +3,8 @@ that attends to the previous token scores on "previous" alone, a head whose OV c
 every token to the next one is a successor head, an OV circuit that negates erases, a neuron
 whose output is minus its input removes what made it fire."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -111,3 +113,64 @@ def test_in_a_gated_mlp_the_input_direction_is_the_gates():
     with torch.no_grad():
         mlp.W_out.weight[:, 0] = -mlp.W_gate.weight[0]
     assert neurons.in_out_cosines(model, 0)[0].item() == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_a_norm_gain_that_flips_a_coordinate_flips_the_eigenvalue_sign_the_residual_sees():
+    """The OV circuit acts on the normalised stream: a negative input gain on every coordinate
+    turns a copying head, as the residual sees it, into an erasing one, and a sandwich norm's
+    output gain counts the same way."""
+    identity = torch.eye(4)
+    for norm, attribute in (("rmsnorm", "ln1"), ("rmsnorm", "ln1_post")):
+        model = planted_model(identity)
+        if attribute == "ln1_post":
+            model = Transformer(replace(model.cfg, norm=norm, sandwich_norms=True)).eval()
+        else:
+            model = Transformer(replace(model.cfg, norm=norm)).eval()
+        with torch.no_grad():
+            model.embed.weight.copy_(torch.eye(4))
+            model.blocks[0].attn.W_V.weight.copy_(identity)
+            model.blocks[0].attn.W_O.weight.copy_(identity)
+        assert heads.ov_eigenvalue_signs(model)["eigenvalue sign"].item() == pytest.approx(1.0)
+        with torch.no_grad():
+            getattr(model.blocks[0], attribute).weight.fill_(-2.0)
+        assert heads.ov_eigenvalue_signs(model)["eigenvalue sign"].item() == pytest.approx(-1.0)
+        assert heads.copy_scores(model, torch.arange(4))["copying"].item() == 0.0  # it writes minus the token
+
+
+def test_a_neuron_whose_output_norm_gain_is_negative_erases_what_it_amplified():
+    torch.manual_seed(0)
+    cfg = Config(d_model=16, n_layers=1, n_heads=2, d_mlp=8, n_ctx=8, norm="rmsnorm", sandwich_norms=True)
+    model = Transformer(cfg).eval()
+    mlp = model.blocks[0].mlp
+    with torch.no_grad():
+        mlp.W_out.weight[:, 0] = mlp.W_in.weight[0]
+    assert neurons.in_out_cosines(model, 0)[0].item() == pytest.approx(1.0, abs=1e-6)
+    with torch.no_grad():
+        model.blocks[0].ln2_post.weight.fill_(-1.0)
+    assert neurons.in_out_cosines(model, 0)[0].item() == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_a_neuron_that_fires_on_a_range_of_positions_is_explained_by_position_and_noise_is_not():
+    generator = torch.Generator().manual_seed(0)
+    windows, positions = 64, 64
+    noise = torch.randn(windows, positions, 2, generator=generator)
+    acts = noise.clone()
+    acts[:, 20:40, 0] += 10.0  # neuron 0 fires on positions 20-39
+    shares = neurons.position_shares(acts)
+    assert shares[0] > 0.9
+    chance = (positions - 2 - 1) / ((positions - 2) * windows - 1)
+    assert shares[1] < 3 * chance
+    constant = torch.ones(windows, positions, 1)
+    assert neurons.position_shares(constant).item() == 0.0  # no variance: nothing to explain
+
+
+def test_a_neuron_that_writes_a_tokens_unembedding_promotes_that_token_most():
+    torch.manual_seed(0)
+    cfg = Config(d_model=16, n_layers=1, n_heads=2, d_mlp=8, n_ctx=8, vocab_size=30, norm="basisfree")
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        model.blocks[0].mlp.W_out.weight[:, 3] = 5 * model.unembed.weight[7]  # neuron 3 writes token 7
+        model.blocks[0].mlp.W_out.weight[:, 4] = -5 * model.unembed.weight[7]  # neuron 4 suppresses it
+    z = neurons.standardised_value_logits(model, 0, torch.arange(30))  # [neuron, token]
+    assert z[3].argmax().item() == 7 and z[4].argmin().item() == 7 and z[3, 7] > 3
+    assert torch.allclose(neurons.class_promotion(model, 0, torch.tensor([7, 8])), z[:, [7, 8]].mean(1))

@@ -170,3 +170,31 @@ def test_principal_kurtosis_is_the_same_in_every_basis_and_sees_heavy_directions
     assert stats.principal_kurtosis(rotated) == pytest.approx(stats.kurtosis_metric(acts), rel=0.05)
     isotropic = torch.randn(4096, 32, generator=g, dtype=torch.float64)
     assert abs(stats.principal_kurtosis(isotropic) - 3) < 0.2
+
+
+def test_wilson_interval_matches_the_textbook_values_and_stays_in_the_unit_interval():
+    p, low, high = stats.wilson_interval(5, 50)
+    assert p == 0.1 and low == pytest.approx(0.04347, abs=1e-4) and high == pytest.approx(0.21360, abs=1e-4)
+    assert (
+        stats.wilson_interval(0, 1000)[1] == pytest.approx(0.0, abs=1e-12)
+        and 0 < stats.wilson_interval(0, 1000)[2] < 0.004
+    )
+    with pytest.raises(ValueError):
+        stats.wilson_interval(0, 0)
+
+
+def test_spearman_matches_scipy_with_ties():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    x = torch.tensor([1.0, 2.0, 2.0, 3.0, 5.0, 5.0, 5.0, 0.0])
+    y = torch.tensor([0.3, 0.1, 0.4, 0.4, 0.9, 0.2, 1.0, -1.0])
+    assert stats.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x.numpy(), y.numpy()).statistic)
+    assert stats.spearman(x, x.exp()) == pytest.approx(1.0)  # a monotone map: ranks agree exactly
+
+
+def test_cross_window_cosine_equals_the_mean_over_every_pair_from_different_windows():
+    unit = torch.nn.functional.normalize(torch.randn(5, 7, 16, dtype=torch.float64) + 0.5, dim=-1)
+    flat = unit.flatten(0, 1)
+    window = torch.arange(5).repeat_interleave(7)
+    cosines = flat @ flat.T
+    brute = cosines[window[:, None] != window[None, :]].mean().item()
+    assert stats.cross_window_cosine(unit) == pytest.approx(brute, rel=1e-9)

@@ -274,6 +274,50 @@ def ioi_prompts(tokenizer, n: int = 120, seed: int = 0, templates: list[str] = I
     )
 
 
+RETRIEVAL_TEMPLATE = (
+    "{A} lives in {X}. {B} lives in {Y}. {C} lives in {Z}. Question: where does {Q} live? Answer:"
+)
+
+
+def retrieval_prompts(tokenizer, n: int = 64, seed: int = 0) -> ContrastSet:
+    """Context retrieval (Variengien and Winsor 2023): three people and the cities they live in,
+    then a question about one of them; the answer is that person's city, found only in the
+    context (cities are assigned at random, so knowledge cannot answer). The counterfactual asks
+    about another of the three, so the context is the same and one token differs: the request.
+    Names and cities are single tokens; ``positions`` holds "request" (where the asked name sits
+    in the question) and "end"."""
+    names = single_token_words(tokenizer, NAMES)
+    cities = single_token_words(tokenizer, sorted(set(CAPITALS.values())))
+    rng = random.Random(seed)
+    bos = bos_prefix(tokenizer)
+    rows = []
+    for _ in range(n * 3):
+        people, places = rng.sample(names, 3), rng.sample(cities, 3)
+        asked, other = rng.sample(range(3), 2)
+        fill = dict(zip("ABC", people, strict=True)) | dict(zip("XYZ", places, strict=True))
+        texts = [RETRIEVAL_TEMPLATE.format(Q=people[q], **fill) for q in (asked, other)]
+        ids = [bos + tokenizer.encode(t) for t in texts]
+        if len(ids[0]) == len(ids[1]):
+            rows.append((texts[0], ids, places[asked], places[other]))
+    common = max({len(r[1][0]) for r in rows}, key=[len(r[1][0]) for r in rows].count)
+    rows = [r for r in rows if len(r[1][0]) == common][:n]
+    if len(rows) < n:
+        raise ValueError(f"only {len(rows)} retrieval prompts share a token length; ask for fewer")
+    tokens = torch.tensor([r[1][0] for r in rows])
+    counterfactual = torch.tensor([r[1][1] for r in rows])
+    differs = tokens != counterfactual
+    if not (differs.sum(1) == 1).all():
+        raise ValueError("a retrieval prompt and its counterfactual should differ in one token")
+    return ContrastSet(
+        text=[r[0] for r in rows],
+        tokens=tokens,
+        answers=torch.tensor([tokenizer.encode(" " + r[2])[0] for r in rows]),
+        foils=torch.tensor([tokenizer.encode(" " + r[3])[0] for r in rows]),
+        counterfactual=counterfactual,
+        positions={"request": differs.int().argmax(1), "end": torch.full((len(rows),), tokens.shape[1] - 1)},
+    )
+
+
 def _ioi_positions(tokens: Tensor, io: Tensor, subject: Tensor) -> dict[str, Tensor]:
     """Where IO, S1, S1+1, S2 and the end sit in each prompt: ``{name: [n]}``."""
     columns = torch.arange(tokens.shape[1])

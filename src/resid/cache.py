@@ -126,17 +126,23 @@ class ActivationCache(dict):
         self, layer: int | None = None, apply_ln: bool = False, pos_slice=None, return_labels: bool = False
     ) -> Tensor | tuple[Tensor, list[str]]:
         """What every head of blocks ``0 .. layer - 1`` (default: all) wrote into the residual,
-        without the output bias: ``[head, batch, pos, d_model]``, labelled ``L{l}H{h}``."""
+        without the output bias: ``[head, batch, pos, d_model]``, labelled ``L{l}H{h}``.
+
+        A sandwich-norm block (Gemma) normalises its heads' summed output before adding it; each
+        head's share is then its write through that norm with the scale frozen at this run's (as
+        ``apply_ln_to_stack`` freezes the final norm's), and the shares sum to what the block
+        added (minus the output bias's share)."""
         self._pre_norm_only()
-        if self.model.cfg.sandwich_norms:
-            raise ValueError(
-                "a sandwich-norm model normalises the heads' summed output: no head adds its own write"
-            )
         parts, labels = [], []
         for i in range(self.model.cfg.n_layers if layer is None else layer):
             block = self.model.blocks[i]
-            written = block.attn.head_results(self[act_name("z", i)])  # [batch, pos, head, d_model]
-            parts.append(write(written, block.R_attn_out).movedim(2, 0))
+            written = write(block.attn.head_results(self[act_name("z", i)]), block.R_attn_out)  # [b, p, h, d]
+            post = getattr(block, "ln1_post", None)
+            if post is not None:
+                bias = 0 if block.attn.W_O.bias is None else write(block.attn.W_O.bias, block.R_attn_out)
+                scale = post.scale(written.sum(2) + bias)  # [batch, pos, 1]: the norm's, of the whole output
+                written = post.linear(written, scale[:, :, None]).to(written.dtype)
+            parts.append(written.movedim(2, 0))
             labels += [str(Head(i, h)) for h in range(self.model.cfg.n_heads)]
         stack = self._select(torch.cat(parts), pos_slice)
         stack = self.apply_ln_to_stack(stack, pos_slice) if apply_ln else stack

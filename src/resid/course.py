@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import exercises, provenance
 
-# Ten sessions of about two hours: (title, chapters, what the session covers).
+# Eleven sessions of about two hours: (title, chapters, what the session covers).
 SESSIONS = [
     ("The residual stream and its basis", ["outliers"],
      "the residual stream as a sum of writes; outlier dimensions, massive activations and the "
@@ -44,6 +44,9 @@ SESSIONS = [
      "skipping, repeating, reordering and parallelising middle layers; layer plans"),
     ("A circuit end to end", ["ioi"],
      "the IOI circuit rebuilt in SmolLM2: name movers, S-inhibition, completeness and minimality"),
+    ("The catalogue", ["catalogue"],
+     "head and neuron kinds on two pretrained models: choosing on one split and measuring on another; "
+     "chance levels; OV eigenvalues, memory management, anisotropy and the frequency bias"),
 ]  # fmt: skip
 
 PREREQUISITES = {
@@ -57,6 +60,7 @@ PREREQUISITES = {
     "heads": "patching",
     "painters": "outliers",
     "ioi": "attribution, patching and heads",
+    "catalogue": "heads",
 }
 
 WORDS_PER_MINUTE = 200  # reading technical prose, equations and tables included
@@ -81,11 +85,11 @@ def course_page(out_dir: Path) -> Path:
     lines = [
         "# Teaching from this book",
         "",
-        "The book is written to be taught as ten sessions of about two hours, one chapter each, in the "
-        "order below. Every chapter has exercises: some ask for a prediction before a measurement, "
-        "some for a function written against `resid`; each is checked by `resid.exercises`, which "
-        "prints in one line what passed or what is wrong, and shows the reference only after a "
-        "prediction was recorded. The times are measured: reading at "
+        f"The book is written to be taught as {len(SESSIONS)} sessions of about two hours, one chapter "
+        "each, in the order below. Every chapter has exercises: some ask for a prediction before a "
+        "measurement, some for a function written against `resid`; each is checked by "
+        "`resid.exercises`, which prints in one line what passed or what is wrong, and shows the "
+        "reference only after a prediction was recorded. The times are measured: reading at "
         f"{WORDS_PER_MINUTE} words a minute, running as the chapter's last execution took on its "
         "machine (cached: its training runs read from their records), exercises as estimated for "
         "each one.",

@@ -40,7 +40,10 @@ def coordinate_basis(d: int, coordinates: list[int] | Tensor) -> Tensor:
 
 
 def random_basis(d: int, k: int, seed: int = 0) -> Tensor:
-    """A uniformly random k-dimensional subspace: ``[d, k]``."""
+    """A uniformly random k-dimensional subspace, as an orthonormal basis ``[d, k]``: the column
+    space of a Gaussian matrix is uniform over subspaces. (QR's sign convention picks the basis
+    within it, which ``stats.haar_rotation`` corrects for a uniform *rotation*; an interchange
+    projects onto the subspace and never sees the basis.)"""
     gaussian = torch.randn(d, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     return torch.linalg.qr(gaussian).Q.float()
 

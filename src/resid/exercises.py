@@ -1154,3 +1154,22 @@ def _interchange(interchange: Callable[[Tensor, Tensor, Tensor], Tensor]):
             atol=1e-5,
         )
     return "the subspace's part from the source, the rest from the base, on any orthonormal basis.", None
+
+
+# --- 11 catalogue -----------------------------------------------------------------------------
+
+
+@exercise("11.1", "the eigenvalue sign of an OV circuit", "code", 1, 10)
+def _eigenvalue_sign(eigenvalue_sign: Callable[[Tensor], float]):
+    for what, ov, expected in (
+        ("the identity (a head that writes what it reads)", torch.eye(6), 1.0),
+        ("minus the identity (a head that erases it)", -torch.eye(6), -1.0),
+        ("a quarter turn (eigenvalues ±i: neither)", torch.tensor([[0.0, -1.0], [1.0, 0.0]]), 0.0),
+        ("a projection onto two of four coordinates", torch.diag(torch.tensor([1.0, 1.0, 0.0, 0.0])), 1.0),
+    ):
+        _close(float(eigenvalue_sign(ov)), expected, f"the sign of {what}", atol=1e-6)
+    random_ov = torch.randn(16, 4, generator=_generator(1)) @ torch.randn(4, 16, generator=_generator(2))
+    eigenvalues = torch.linalg.eigvals(random_ov.double())
+    _close(float(eigenvalue_sign(random_ov)), (eigenvalues.real.sum() / eigenvalues.abs().sum()).item(),
+           "the sign of a random rank-4 circuit", atol=1e-6)  # fmt: skip
+    return "+1 for copying, -1 for erasing, 0 for a rotation, the right value on a random circuit.", None

@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from .cache import act_name
-from .model import HookFn, Transformer, write
+from .metrics import AnswerProbability
+from .model import HookFn, Transformer
 from .patching import patch_heads
 
 # Four tasks written for this book: each a list of (input, output) words. A model uses the pairs
@@ -126,21 +127,13 @@ def icl_prompts(
 @torch.no_grad()
 def head_writes(model: Transformer, tokens: Tensor, position: int = -1) -> Tensor:
     """What every head adds to the residual stream at ``position``: ``[batch, layer, head,
-    d_model]``. Summed over heads (plus any output bias) it is the attention block's output
-    there; in a sandwich-norm block (Gemma) each head's share of the normalised output, its write
-    times the norm's gain over the norm's scale of the whole block's output."""
+    d_model]`` (``ActivationCache.stack_head_results``: in a sandwich-norm block each head's
+    share of the normalised output). Summed over heads, plus any output bias, it is the
+    attention block's output there."""
     names = [act_name("z", layer) for layer in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, names)
-    out = []
-    for layer, block in enumerate(model.blocks):
-        z = cache[names[layer]][:, position].float()  # [batch, head, d_head]
-        written = write(block.attn.head_results(z), block.R_attn_out)  # [batch, head, d_model]
-        post = getattr(block, "ln1_post", None)
-        if post is not None:
-            total = written.sum(1) + (block.attn.W_O.bias if block.attn.W_O.bias is not None else 0)
-            written = written / post.scale(total)[:, None] * post.weight
-        out.append(written)
-    return torch.stack(out, 1)
+    stack = cache.stack_head_results(pos_slice=position).float()  # [layer * head, batch, d_model]
+    return stack.view(model.cfg.n_layers, model.cfg.n_heads, *stack.shape[1:]).permute(2, 0, 1, 3)
 
 
 @torch.no_grad()
@@ -150,16 +143,6 @@ def mean_head_z(model: Transformer, tokens: Tensor, position: int = -1) -> list[
     names = [act_name("z", layer) for layer in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, names)
     return [cache[name][:, position].float().mean(0) for name in names]
-
-
-def answer_probability(answers: Tensor):
-    """A metric for ``patch_heads``: the probability of each prompt's answer at the last position."""
-
-    def metric(logits: Tensor) -> Tensor:  # [..., batch, vocab] -> [..., batch]
-        rows = torch.arange(logits.shape[-2])
-        return logits.float().softmax(-1)[..., rows, answers]
-
-    return metric
 
 
 @torch.no_grad()
@@ -177,7 +160,7 @@ def average_indirect_effect(
         values = cache[name].clone()
         values[:, -1] = mean.to(values.dtype)
         patched_in[name] = values
-    metric = answer_probability(answers)
+    metric = AnswerProbability(answers)
     base = metric(model(corrupted)[:, -1]).mean()
     return patch_heads(model, corrupted, patched_in, metric) - base.item()
 

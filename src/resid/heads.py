@@ -151,16 +151,47 @@ def successor_scores(model: Transformer, sequences: list[Tensor]) -> pd.DataFram
     return pd.DataFrame(out)
 
 
+def norm_gains(model: Transformer, layer: int, sublayer: str = "attn") -> tuple[Tensor | None, Tensor | None]:
+    """The per-coordinate gains around block ``layer``'s ``sublayer`` ("attn" or "mlp"): the
+    input norm's (what a head or neuron reads is ``x / scale * gain``) and, in a sandwich-norm
+    block (Gemma), the output norm's (what it writes is scaled by that gain before it is added).
+    ``None`` where there is none. Their scales are positive numbers per position, which change
+    no direction and no sign; the gains, per coordinate, change both."""
+    block = model.blocks[layer]
+    before = block.ln1 if sublayer == "attn" else block.ln2
+    after = getattr(block, "ln1_post" if sublayer == "attn" else "ln2_post", None)
+
+    def gain(norm) -> Tensor | None:
+        weight = getattr(norm, "weight", None)
+        return weight if weight is not None and weight.shape == (model.cfg.d_model,) else None
+
+    return gain(before), gain(after)
+
+
+def _post_gain(model: Transformer, layer: int, written: Tensor) -> Tensor:
+    """A head's write as the residual receives it: through a sandwich norm's output gain."""
+    after = norm_gains(model, layer)[1]
+    return written if after is None else written * after
+
+
 @torch.no_grad()
 def ov_eigenvalue_signs(model: Transformer) -> pd.DataFrame:
-    """For every head, ``sum(Re λ) / sum(|λ|)`` over the eigenvalues λ of its OV circuit in the
-    residual stream (``[d_model, d_model]``): +1 for a head that writes back the direction it
-    reads, -1 for one that writes its negative. A head attending to its own position with a
-    negative sign erases what the stream holds there: the Primer's memory management."""
+    """For every head, ``sum(Re λ) / sum(|λ|)`` over the eigenvalues λ of its OV circuit as a
+    map from the residual stream to the residual stream (``[d_model, d_model]``, with the input
+    norm's gain and any output norm's gain folded in, as TransformerLens folds them): +1 for a
+    head that writes back the direction it reads, -1 for one that writes its negative. A head
+    attending to its own position with a negative sign erases what the stream holds there: the
+    Primer's memory management."""
     rows = []
     for layer in range(model.cfg.n_layers):
+        before, after = norm_gains(model, layer)
         for head in range(model.cfg.n_heads):
-            eigenvalues = torch.linalg.eigvals(model.OV(layer, head).double())
+            ov = model.OV(layer, head).double()
+            if before is not None:
+                ov = before.double()[:, None] * ov
+            if after is not None:
+                ov = ov * after.double()
+            eigenvalues = torch.linalg.eigvals(ov)
             sign = (eigenvalues.real.sum() / eigenvalues.abs().sum()).item()
             rows.append({"layer": layer, "head": head, "eigenvalue sign": sign})
     return pd.DataFrame(rows)
@@ -207,7 +238,8 @@ def _normalised_embeddings(model: Transformer, layer: int, token_ids: Tensor) ->
 def ov_circuit(model: Transformer, layer: int, head: int, token_ids: Tensor) -> Tensor:
     """The full OV circuit ``W_E W_OV W_U`` restricted to ``token_ids``: entry [i, j] is how much
     attending to token i raises the logit of token j. ``[n, n]``."""
-    written = _normalised_embeddings(model, layer, token_ids) @ model.OV(layer, head)
+    read_in = _normalised_embeddings(model, layer, token_ids)  # [n, d_model]
+    written = _post_gain(model, layer, read_in @ model.OV(layer, head))
     return model.direction_logits(written)[:, token_ids].float()
 
 

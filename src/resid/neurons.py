@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from . import hooks, progress
+from .heads import norm_gains
 from .metrics import Metric
 from .model import Transformer, read, write
 
@@ -33,17 +34,32 @@ def value_logits(model: Transformer, layer: int, neurons: Tensor | None = None) 
 def in_out_cosines(model: Transformer, layer: int) -> Tensor:
     """Each neuron's input direction (the direction that makes it fire: its row of ``W_in``,
     of ``W_gate`` in a gated MLP, times the norm's per-channel gain where there is one) against
-    its output direction (its column of ``W_out``), both in the residual basis: ``[neuron]``
+    its output direction (its column of ``W_out``, times the output norm's gain in a sandwich-norm
+    block), both in the residual basis: ``[neuron]``
     cosines. A large negative cosine marks a neuron that removes from the stream what made it
     fire: the Primer's memory management."""
     block = model.blocks[layer]
     firing = block.mlp.W_in if block.mlp.W_gate is None else block.mlp.W_gate
     inputs = write(firing.weight, block.R_mlp_in)  # [d_mlp, d_model]
-    gain = getattr(block.ln2, "weight", None)
-    if gain is not None and gain.shape == (model.cfg.d_model,):
-        inputs = inputs * gain
     outputs = write(block.mlp.W_out.weight.T, block.R_mlp_out)  # [d_mlp, d_model]
+    before, after = norm_gains(model, layer, "mlp")  # a sandwich norm's output gain, in Gemma
+    if before is not None:
+        inputs = inputs * before
+    if after is not None:
+        outputs = outputs * after
     return torch.nn.functional.cosine_similarity(inputs.float(), outputs.float(), dim=-1)
+
+
+def position_shares(acts: Tensor, first: int = 2) -> Tensor:
+    """How much of each neuron's activation its position explains (the Primer's neurons that
+    fire over a range of positions): the variance of its mean activation at each position over
+    the variance of its activation (eta squared), over positions ``first`` onwards. ``acts``:
+    ``[window, pos, neuron]`` (``blocks.{l}.mlp.hook_post``) -> ``[neuron]`` in [0, 1]; a neuron
+    that ignores position scores about (positions - 1) / (values - 1)."""
+    x = acts[:, first:].float()  # [window, pos, neuron]
+    total = x.flatten(0, 1).var(0, unbiased=False)
+    between = x.mean(0).var(0, unbiased=False)  # every position has the same number of windows
+    return torch.where(total > 0, between / total.clamp_min(1e-30), torch.zeros_like(total))
 
 
 def promoted_tokens(model: Transformer, layer: int, neuron: int, k: int = 10) -> pd.DataFrame:
@@ -61,14 +77,22 @@ def promoted_tokens(model: Transformer, layer: int, neuron: int, k: int = 10) ->
     )
 
 
+def standardised_value_logits(
+    model: Transformer, layer: int, token_ids: Tensor, neurons: Tensor | None = None
+) -> Tensor:
+    """Each neuron's value logits for ``token_ids`` in units of its own spread over the
+    vocabulary: (logit - its mean over the vocabulary) / its standard deviation there,
+    ``[neuron, token]``. A neuron that writes "one of these tokens comes next" gives them large
+    positive values; one that suppresses them, large negative ones."""
+    logits = value_logits(model, layer, neurons)
+    return (logits[:, token_ids] - logits.mean(1, keepdim=True)) / logits.std(1, keepdim=True)
+
+
 def class_promotion(model: Transformer, layer: int, token_ids: Tensor) -> Tensor:
     """How much each neuron of ``layer`` promotes a class of tokens (say, city names): the mean
-    value logit over the class minus the mean over the vocabulary, in units of the neuron's own
-    standard deviation over the vocabulary. ``[d_mlp]``; large means a neuron that writes "one
-    of these tokens comes next"."""
-    logits = value_logits(model, layer)
-    centred = logits[:, token_ids].mean(1) - logits.mean(1)
-    return centred / logits.std(1)
+    of ``standardised_value_logits`` over the class. ``[d_mlp]``; large means a neuron that
+    writes "one of these tokens comes next"."""
+    return standardised_value_logits(model, layer, token_ids).mean(1)
 
 
 @torch.no_grad()

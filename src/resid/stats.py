@@ -232,3 +232,45 @@ def resample_interval(values: Tensor, level: float = 0.95) -> tuple[float, float
     tail = (1 - level) / 2
     low, high = torch.quantile(values[1:], torch.tensor([tail, 1 - tail], dtype=torch.float64))
     return values[0].item(), low.item(), high.item()
+
+
+def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
+    """A proportion with its Wilson score interval, which stays inside [0, 1] and is honest for
+    a rare event (the normal approximation is not): ``(k / n, low, high)``."""
+    if n <= 0:
+        raise ValueError("a proportion needs at least one trial")
+    z = torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + level / 2, dtype=torch.float64)).item()
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def spearman(x: Tensor, y: Tensor) -> float:
+    """Spearman's rank correlation (ties get their mean rank)."""
+
+    def ranks(v: Tensor) -> Tensor:
+        v = v.double().flatten()
+        order = v.argsort()
+        sorted_v = v[order]
+        first = torch.cat([torch.tensor([True]), sorted_v[1:] != sorted_v[:-1]])
+        group = first.cumsum(0) - 1  # [n]: which run of equal values each sorted entry is in
+        counts = torch.bincount(group)
+        starts = counts.cumsum(0) - counts
+        mean_rank = starts.double() + (counts.double() - 1) / 2
+        out = torch.empty_like(v)
+        out[order] = mean_rank[group]
+        return out
+
+    return pearson(ranks(x), ranks(y))
+
+
+def cross_window_cosine(unit: Tensor) -> float:
+    """Anisotropy: the mean cosine between two tokens' vectors from different windows, from unit
+    vectors ``[window, token, d]``, without forming the pairs: the squared norm of the sum of all
+    vectors, less each window's own, over the number of cross-window pairs."""
+    sums = unit.double().sum(1)  # [window, d]
+    n = unit.shape[1]
+    cross = sums.sum(0).pow(2).sum() - sums.pow(2).sum()
+    n_windows = unit.shape[0]
+    return (cross / (n * n * n_windows * (n_windows - 1))).item()

@@ -1,0 +1,1088 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # The catalogue: head kinds, neuron kinds and the residual stream's bookkeeping
+#
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** part of the catalogue of inner behaviours that closes
+# {cite:t}`ferrando2024primer` (section 5): positional, subword-joiner, copying and successor
+# heads {cite:p}`gould2023successor`, memory management by heads and neurons, neurons that fire
+# over a range of positions {cite:p}`voita2024neurons`, the anisotropy that outlier dimensions
+# make {cite:p}`timkey2021rogue`, and the last layers' frequency bias
+# {cite:p}`kobayashi2023frequency`, on two pretrained models: SmolLM2-135M
+# {cite:p}`allal2025smollm2` and Gemma-3-270M {cite:p}`gemmateam2025gemma3`. Each claim is judged
+# against a criterion in `notebooks/criteria/catalogue.toml`, committed before any of its
+# measurements, with a bootstrap interval over text windows or items.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with both
+# models converted; {glue:text}`rerun_cold` from a cold cache, whose first loads dequantise the
+# models' GGUF files. Nothing trains.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
+# :::
+#
+# **The claims.** The Primer's survey lists what individual components of a language model have
+# been found to do. Among the heads: *positional heads* that attend to the token itself or the
+# previous one; *subword-joiner heads* that attend to earlier pieces of the word being read;
+# *copying heads*, whose OV circuit writes the token they attend to; and *successor heads*
+# (Gould et al.), whose OV circuit maps "Monday" to "Tuesday". Among the neurons: some *fire
+# over a range of positions*, and some *remove what made them fire*. In the residual stream:
+# heads that attend to their own position with an OV circuit of negative eigenvalues (*memory
+# management*), outlier dimensions that make the representations *anisotropic* (all pointing
+# roughly the same way), and late layers that shift the prediction towards *frequent tokens*.
+#
+# **The experiment.** One protocol for every kind: a score per head (or neuron) computed on one
+# half of the text (split A), the best component of that kind chosen there, and its score
+# measured on the other half (split B), with a bootstrap over B's windows. A component chosen as
+# the maximum of hundreds is always extreme on the data that chose it; measured on new data it
+# has to earn its score. Beside every score, the level chance would give and the distribution
+# over all components. The same rule, "a head of this kind scores above 0.5 on B", judges every
+# head kind, on both models.
+#
+# Last, a behaviour of several heads together: *function vectors* {cite:p}`todd2024function`,
+# the summed outputs of a few heads that carry an in-context task to a prompt without examples.
+# The rest of the catalogue (syntactic heads, token-class and suppression neurons, n-gram
+# detectors, context retrieval) is not in this chapter yet.
+
+# %% tags=["parameters"]
+models = ("smollm2-135m", "gemma3-270m")  # [non-empty] the two pretrained models the criteria name
+n_windows = 64  # [> 2] windows of text per split (A chooses, B measures)
+window_length = 64  # [> 3] tokens per window, BOS included where the model uses one
+n_tokens_copy = 500  # [> 2] tokens that choose a copying head, and as many others that measure it
+n_random_neurons = 200  # [> 0] random neurons of the chosen neuron's layer, for its chance level
+n_random_draws = 20  # [> 0] random dimension sets for the anisotropy control
+n_retrieval = 64  # [> 2] context-retrieval prompts
+n_resamples = 2000  # [> 99] bootstrap resamples
+seed = 0  # [min 0] which windows, tokens and random draws
+quick = False  # a small run for CI: SmolLM2 only, fewer windows
+
+# %% tags=["setup"]
+import random
+import re
+import time
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from IPython.display import Markdown, display
+
+import resid
+from resid import (
+    attribution,
+    behaviours,
+    book,
+    claims,
+    data,
+    exercises,
+    function_vectors,
+    heads,
+    hooks,
+    metrics,
+    neurons,
+    patching,
+    stats,
+)
+from resid.cache import act_name
+
+warnings.filterwarnings("ignore", message="IProgress not found")
+sns.set_theme(style="whitegrid", context="notebook")
+started = time.time()
+if quick:
+    models, n_windows, n_tokens_copy, n_random_neurons, n_random_draws, n_resamples, n_retrieval = (
+        models[:1], 8, 50, 20, 3, 200, 16)  # fmt: skip
+_ = torch.manual_seed(seed)
+torch.set_grad_enabled(False)  # nothing in this chapter takes a gradient
+criteria = claims.load_criteria("catalogue")
+SUFFIX = {"smollm2-135m": "smollm2", "gemma3-270m": "gemma3"}  # the criteria's ids end in these
+LABEL = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma-3-270M"}
+if unknown := [m for m in models if m not in SUFFIX]:
+    raise ValueError(f"models={unknown}: the criteria name only {sorted(SUFFIX)}")
+claim_rows, check_rows = [], []
+measured = {}  # criterion id -> ((estimate, low, high), what it is)
+
+
+def bootstrap_mean(values: torch.Tensor) -> tuple[float, float, float]:
+    return tuple(v.item() for v in stats.bootstrap(values, n_resamples=n_resamples, seed=seed))
+
+
+def bootstrap_rows(statistic, n: int) -> tuple[float, float, float]:
+    """A statistic of a set of rows (windows, items), with a bootstrap over the rows."""
+    return stats.bootstrap_statistic(statistic, torch.arange(n), n_resamples=n_resamples, seed=seed)
+
+
+# %% [markdown]
+# ## The models and the text
+#
+# Both models are read through `resid.load`, which dequantises their GGUF files into the book's
+# one `Transformer` class. The text is the Python documentation shipped with every CPython
+# (`pydoc`), tokenized by each model; windows of 64 tokens start with the model's BOS token where
+# its tokenizer adds one. Split A and split B are disjoint sets of windows.
+
+
+# %%
+def text_windows(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+    """Split A and split B (``[window, pos]``), the whole text's token ids, and whether a BOS
+    token leads each window."""
+    hf = model.tokenizer.hf
+    probe = hf(" x", add_special_tokens=True)["input_ids"]
+    uses_bos = hf.bos_token_id is not None and probe[0] == hf.bos_token_id
+    ids = data.token_ids(data.corpus("pydoc"), model.tokenizer)
+    body = window_length - int(uses_bos)
+    drawn = data.windows(ids, body, 2 * n_windows, seed=seed)
+    drawn = drawn[torch.randperm(len(drawn), generator=torch.Generator().manual_seed(seed))]
+    if uses_bos:
+        drawn = torch.cat([torch.full((len(drawn), 1), hf.bos_token_id), drawn], 1)
+    return drawn[:n_windows], drawn[n_windows:], ids, uses_bos
+
+
+loaded, split_a, split_b, all_ids, rows = {}, {}, {}, {}, []
+for name in models:
+    model = resid.load(name)
+    loaded[name] = model
+    split_a[name], split_b[name], all_ids[name], uses_bos = text_windows(model)
+    cfg = model.cfg
+    rows.append({"model": LABEL[name], "layers": cfg.n_layers, "heads": cfg.n_heads, "d_model": cfg.d_model,
+                 "d_mlp": cfg.d_mlp, "vocabulary": cfg.vocab_size, "BOS first": uses_bos,
+                 "pydoc tokens": len(all_ids[name]), "windows per split": n_windows})  # fmt: skip
+    overlap = set(map(tuple, split_a[name].tolist())) & set(map(tuple, split_b[name].tolist()))
+    check_rows.append(claims.check(f"{LABEL[name]}: splits A and B share no window", not overlap,
+                                   f"{n_windows} windows each"))  # fmt: skip
+pd.DataFrame(rows).style.hide(axis="index")
+
+# %% [markdown]
+# ## Positional heads: the token itself and the one before
+#
+# A head's *previous* score is its mean attention weight on the previous token, its *self*
+# score the weight on the query's own position, over queries 2 onwards
+# (`heads.positional_scores`). Chance is a head that spreads its attention uniformly over the
+# keys it can see: weight $1/(q+1)$ at query $q$. The figure shows every head of both models;
+# the table, the head chosen on split A and its score on split B.
+
+# %%
+patterns_a = {name: heads.attention_patterns(loaded[name], split_a[name]) for name in models}
+patterns_b = {name: heads.attention_patterns(loaded[name], split_b[name]) for name in models}
+for name in models:
+    sums = patterns_b[name].sum(-1)
+    check_rows.append(claims.check(f"{LABEL[name]}: every attention row sums to 1",
+                                   torch.allclose(sums, torch.ones_like(sums), atol=1e-4),
+                                   f"max |sum - 1| = {(sums - 1).abs().max().item():.1e}"))  # fmt: skip
+
+
+def per_window(patterns: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Positional scores per window: ``{kind: [window, layer, head]}``."""
+    scores = [heads.positional_scores(patterns[:, w : w + 1]) for w in range(patterns.shape[1])]
+    return {kind: torch.stack([s[kind] for s in scores]) for kind in scores[0]}
+
+
+def uniform_patterns(n: int) -> torch.Tensor:
+    """A head that attends uniformly to every key it can see: ``[1, 1, 1, q, k]``."""
+    causal = torch.ones(n, n).tril()
+    return (causal / causal.sum(-1, keepdim=True))[None, None, None]
+
+
+positional_a = {name: per_window(patterns_a[name]) for name in models}
+positional_b = {name: per_window(patterns_b[name]) for name in models}
+uniform = heads.positional_scores(uniform_patterns(window_length))
+chance = {kind: uniform[kind].item() for kind in ("previous", "self")}
+by_hand = np.mean([1 / (q + 1) for q in range(2, window_length)])
+agrees = all(abs(chance[kind] - by_hand) < 1e-6 for kind in chance)
+check_rows.append(claims.check("chance for previous and self is the mean of 1/(q+1) over queries 2 onwards",
+                               agrees, f"{by_hand:.4f}"))  # fmt: skip
+
+
+def chosen_on_a(scores_a: torch.Tensor) -> tuple[int, int]:
+    """The (layer, head) with the largest mean score over split A's windows."""
+    mean = scores_a.mean(0)
+    layer, head = divmod(int(mean.argmax()), mean.shape[1])
+    return layer, head
+
+
+positional_rows = []
+for name in models:
+    for kind in ("previous", "self"):
+        layer, head = chosen_on_a(positional_a[name][kind])
+        estimate = bootstrap_mean(positional_b[name][kind][:, layer, head])
+        key = {"previous": "previous_token_head", "self": "self_head"}[kind]
+        measured[f"{key}_{SUFFIX[name]}"] = (estimate, "score")
+        all_heads = positional_b[name][kind].mean(0).flatten()
+        positional_rows.append({
+            "model": LABEL[name], "kind": kind, "chosen on A": f"L{layer}H{head}",
+            "score on A": positional_a[name][kind][:, layer, head].mean().item(),
+            "score on B [95% CI]": f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]",
+            "chance (uniform)": chance[kind], "median head on B": all_heads.median().item(),
+            "heads above 0.5 on B": int((all_heads > 0.5).sum())})  # fmt: skip
+pd.DataFrame(positional_rows).style.hide(axis="index").format(precision=3)
+
+# %%
+fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.2 * len(models)), squeeze=False)
+for row, name in enumerate(models):
+    for col, kind in enumerate(("previous", "self")):
+        grid = positional_b[name][kind].mean(0).T.numpy()  # [head, layer]
+        sns.heatmap(grid, ax=axes[row, col], cmap="viridis", vmin=0, vmax=1, cbar=col == 1)
+        axes[row, col].set(title=f"{LABEL[name]}: {kind} score (split B)", xlabel="layer", ylabel="head")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Subword-joiner heads
+#
+# Code documentation splits many words into pieces ("un" "believ" "able"). A piece continues
+# the word before it when it starts with a letter or digit and the previous piece ends with one
+# (`heads.word_starts`). A subword-joiner head puts its attention, at a word's later pieces, on
+# the same word's earlier pieces. A previous-token head does that too, as a side effect, so the
+# score is the *joiner index* (`heads.joiner_index`): attention on the word's earlier pieces,
+# minus the attention on the previous token where a token begins a new word. A previous-token
+# head scores about 0, a head that reaches back within words and only within words up to 1.
+# Each split's index pools its tokens; the interval resamples B's windows.
+
+# %%
+joiner_rows, joiner_grids = [], {}
+for name in models:
+    model = loaded[name]
+    starts_a = heads.word_starts(model.tokenizer, split_a[name])
+    starts_b = heads.word_starts(model.tokenizer, split_b[name])
+    index_a = heads.joiner_index(patterns_a[name], starts_a)  # [layer, head]
+    joiner_grids[name] = heads.joiner_index(patterns_b[name], starts_b)
+    layer, head = divmod(int(index_a.argmax()), index_a.shape[1])
+    chosen = patterns_b[name][layer : layer + 1, :, head : head + 1]  # [1, window, 1, q, k]
+
+    def joiner_of(windows: torch.Tensor, chosen=chosen, starts=starts_b) -> float:
+        return heads.joiner_index(chosen[:, windows], starts[windows]).item()
+
+    estimate = bootstrap_rows(joiner_of, n_windows)
+    measured[f"subword_joiner_{SUFFIX[name]}"] = (estimate, "index")
+    spread = uniform_patterns(window_length).expand(1, n_windows, 1, -1, -1)
+    uniform_index = heads.joiner_index(spread, starts_b)
+    joiner_rows.append({
+        "model": LABEL[name], "chosen on A": f"L{layer}H{head}", "index on A": index_a[layer, head].item(),
+        "index on B [95% CI]": f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]",
+        "chance (uniform)": uniform_index.item(), "median head on B": joiner_grids[name].median().item(),
+        "tokens inside words (B)": f"{(~starts_b).float().mean().item():.0%}"})  # fmt: skip
+pd.DataFrame(joiner_rows).style.hide(axis="index").format(precision=3)
+
+# %% [markdown]
+# Does the score name what the heads do? The three heads with the largest joiner index on split A,
+# mean-ablated together (each head's output replaced by its mean over split A at the same
+# position), against three random heads: the rise in next-token loss on split B where the next
+# token continues a word.
+
+
+# %%
+def next_token_losses(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
+    """Cross-entropy of each next token: ``[window, pos - 1]``."""
+    logits = model.run_with_hooks(tokens, list(fwd_hooks))[:, :-1].float()
+    return torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+
+
+def mean_ablation(model, tokens: torch.Tensor, chosen: list[tuple[int, int]]):
+    """Hooks that replace the chosen heads' outputs by their mean over ``tokens`` per position."""
+    names = sorted({act_name("z", layer) for layer, _ in chosen})
+    _, cache = model.run_with_cache(tokens, names)
+    means = {layer: cache[act_name("z", layer)].mean(0) for layer, _ in chosen}  # [pos, head, d_head]
+    return hooks.replace_heads(chosen, means)
+
+
+ablation_rows = []
+with torch.no_grad():
+    for name in models:
+        model = loaded[name]
+        starts_a = heads.word_starts(model.tokenizer, split_a[name])
+        starts_b = heads.word_starts(model.tokenizer, split_b[name])
+        index_a = heads.joiner_index(patterns_a[name], starts_a).flatten()
+        n_heads = model.cfg.n_heads
+        top = [divmod(int(i), n_heads) for i in index_a.topk(3).indices]
+        rest = [divmod(i, n_heads) for i in range(len(index_a)) if divmod(i, n_heads) not in top]
+        generator = torch.Generator().manual_seed(seed)
+        draws = [[rest[int(i)] for i in torch.randperm(len(rest), generator=generator)[:3]] for _ in range(5)]
+        continues = (~starts_b[:, 1:]).float()  # [window, pos - 1]: the next token continues a word
+        clean = next_token_losses(model, split_b[name])
+
+        def rise(chosen, model=model, name=name, clean=clean, continues=continues) -> torch.Tensor:
+            ablation = mean_ablation(model, split_a[name], chosen)
+            ablated = next_token_losses(model, split_b[name], ablation)
+            return ((ablated - clean) * continues).sum(1) / continues.sum(1).clamp_min(1)  # [window]
+
+        top_rise = rise(top)
+        random_rise = torch.stack([rise(draw) for draw in draws]).mean(0)
+        estimate = stats.bootstrap_statistic(
+            lambda a, b: (a.mean() / b.mean()).item(),
+            top_rise,
+            random_rise,
+            n_resamples=n_resamples,
+            seed=seed,
+        )
+        measured[f"joiner_heads_matter_{SUFFIX[name]}"] = (estimate, "ratio")
+        ablation_rows.append({
+            "model": LABEL[name],
+            "top joiner heads (A)": ", ".join(f"L{layer}H{head}" for layer, head in top),
+            "loss on word-continuing tokens (B)": ((clean * continues).sum() / continues.sum()).item(),
+            "rise, joiner heads ablated": top_rise.mean().item(),
+            "rise, 3 random heads": random_rise.mean().item(),
+            "ratio [95% CI]": f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]"})  # fmt: skip
+pd.DataFrame(ablation_rows).style.hide(axis="index").format(precision=3)
+
+# %% [markdown]
+# ## Successor heads and copying heads: what a head's OV circuit writes
+#
+# A head's *full OV circuit* $W_E W_{OV} W_U$ says how attending to a token raises the logit of
+# every token (`heads.ov_circuit`; the input norm's gain and, in Gemma, the output norm's gain
+# folded in). A *copying* head raises the attended token's own logit most; a *successor* head
+# raises the next item of an ordinal list. Successor heads are chosen on numbers and letters and
+# measured on days and months; copying heads are chosen on 500 of the pydoc text's 5000 most
+# frequent tokens and measured on 500 others. Each list keeps its items that are one token
+# (with a leading space) for the model, split where an item is not, and a head's score is the
+# fraction of items whose largest logit, among all the lists' tokens, is their successor.
+
+# %%
+ORDINALS = {
+    "numbers": "one two three four five six seven eight nine ten eleven twelve".split(),
+    "letters": [chr(c) for c in range(ord("A"), ord("Z") + 1)],
+    "days": "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split(),
+    "months": ("January February March April May June July August September October November "
+               "December").split(),
+}  # fmt: skip
+
+
+def single_token_runs(model, items: list[str]) -> list[torch.Tensor]:
+    """The list's items as token ids, cut into runs of consecutive items that are one token each."""
+    runs, run = [], []
+    for item in items:
+        ids = model.tokenizer.encode(" " + item)
+        if len(ids) == 1:
+            run.append(ids[0])
+        else:
+            runs.append(run)
+            run = []
+    runs.append(run)
+    return [torch.tensor(r) for r in runs if len(r) >= 2]
+
+
+successor_rows, successor_tables = [], {}
+for name in models:
+    model = loaded[name]
+    choose = [r for lst in ("numbers", "letters") for r in single_token_runs(model, ORDINALS[lst])]
+    measure = [r for lst in ("days", "months") for r in single_token_runs(model, ORDINALS[lst])]
+    table_a = heads.successor_scores(model, choose)
+    best = table_a.loc[table_a["successor"].idxmax()]
+    layer, head = int(best.layer), int(best["head"])
+    ids = torch.cat(measure)
+    offsets = torch.tensor([0, *[len(r) for r in measure]]).cumsum(0)
+    items = torch.cat([torch.arange(a, b - 1) for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
+    hits = (heads.ov_circuit(model, layer, head, ids)[items].argmax(1) == items + 1).float()
+    estimate = bootstrap_mean(hits)
+    table_b = heads.successor_scores(model, measure)
+    successor_tables[name] = table_b
+    check_rows.append(claims.check(
+        f"{LABEL[name]}: the chosen head's per-item hits average to heads.successor_scores",
+        abs(hits.mean().item() - table_b.set_index(["layer", "head"]).loc[(layer, head), "successor"]) < 1e-9,
+        f"{hits.mean().item():.3f}"))  # fmt: skip
+    measured[f"successor_head_{SUFFIX[name]}"] = (estimate, "fraction")
+    successor_rows.append({
+        "model": LABEL[name], "chosen on numbers and letters": f"L{layer}H{head}",
+        "score there": best.successor, "items measured": len(items),
+        "score on days and months [95% CI]": f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]",
+        "chance": 1 / len(ids), "median head": table_b["successor"].median(),
+        "best head on days and months": table_b["successor"].max()})  # fmt: skip
+pd.DataFrame(successor_rows).style.hide(axis="index").format(precision=3)
+
+# %%
+copy_rows, copy_tables = [], {}
+for name in models:
+    model = loaded[name]
+    counts = torch.bincount(all_ids[name], minlength=model.cfg.vocab_size)
+    frequent = counts.topk(5000).indices
+    frequent = frequent[torch.randperm(len(frequent), generator=torch.Generator().manual_seed(seed))]
+    choosing, measuring = frequent[:n_tokens_copy], frequent[n_tokens_copy : 2 * n_tokens_copy]
+    table_a = heads.copy_scores(model, choosing)
+    copy_tables[name] = table_a
+    best = table_a.loc[table_a["copying"].idxmax()]
+    layer, head = int(best.layer), int(best["head"])
+    ov = heads.ov_circuit(model, layer, head, measuring)
+    hits = (ov.argmax(1) == torch.arange(len(measuring))).float()
+    estimate = bootstrap_mean(hits)
+    measured[f"copying_head_{SUFFIX[name]}"] = (estimate, "fraction")
+    copy_rows.append({
+        "model": LABEL[name], "chosen on A's tokens": f"L{layer}H{head}", "copying there": best.copying,
+        "copying on B's tokens [95% CI]": f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]",
+        "chance": 1 / n_tokens_copy, "median head (A's tokens)": table_a["copying"].median(),
+        "heads above 0.5 (A's tokens)": int((table_a["copying"] > 0.5).sum())})  # fmt: skip
+pd.DataFrame(copy_rows).style.hide(axis="index").format(precision=3)
+
+# %% [markdown]
+# ## Memory management: heads that attend to themselves and erase, neurons that remove their input
+#
+# A head whose OV circuit, as a map from the residual stream to itself, has eigenvalues with
+# negative real parts writes the opposite of what it reads. If it also attends to its own
+# position it removes from the stream what the stream holds there: the Primer's *memory
+# management*. The sign statistic is $\sum_i \mathrm{Re}\,\lambda_i / \sum_i |\lambda_i|$
+# (`heads.ov_eigenvalue_signs`): +1 for a head that writes back what it reads, -1 for one that
+# erases it. The head tested is the one with the largest self score on split A: it was chosen
+# by where it attends, never by its sign. Its interval is the bootstrap of that choice.
+
+# %%
+eigen = {name: heads.ov_eigenvalue_signs(loaded[name]) for name in models}
+memory_rows = []
+for name in models:
+    signs = torch.tensor(eigen[name]["eigenvalue sign"].to_numpy()).view(loaded[name].cfg.n_layers, -1)
+    self_a = positional_a[name]["self"]  # [window, layer, head]
+    layer, head = chosen_on_a(self_a)
+
+    def sign_of_choice(windows: torch.Tensor, self_a=self_a, signs=signs) -> float:
+        chosen_layer, chosen_head = chosen_on_a(self_a[windows])
+        return signs[chosen_layer, chosen_head].item()
+
+    estimate = bootstrap_rows(sign_of_choice, n_windows)
+    measured[f"erasing_self_head_{SUFFIX[name]}"] = (estimate, "eigenvalue sign")
+    memory_rows.append({
+        "model": LABEL[name], "largest self score on A": f"L{layer}H{head}",
+        "its self score on B": positional_b[name]["self"][:, layer, head].mean().item(),
+        "its eigenvalue sign [choice CI]": f"{estimate[0]:+.2f} [{estimate[1]:+.2f}, {estimate[2]:+.2f}]",
+        "median head's sign": signs.median().item(), "heads with sign < -0.3": int((signs < -0.3).sum()),
+        "heads": signs.numel()})  # fmt: skip
+pd.DataFrame(memory_rows).style.hide(axis="index").format(precision=3)
+
+# %%
+fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
+for ax, name in zip(axes[0], models, strict=True):
+    self_b = positional_b[name]["self"].mean(0).flatten().numpy()
+    ax.scatter(self_b, eigen[name]["eigenvalue sign"], s=12, alpha=0.6)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xlabel="self score (split B)", ylabel="OV eigenvalue sign", title=LABEL[name])
+plt.suptitle("Every head: where it attends against what its OV circuit does")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### Exercise 11.1: the eigenvalue sign of an OV circuit
+#
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
+# Write the sign statistic for a square matrix `ov` (`[d, d]`): the sum of the real parts of
+# its eigenvalues over the sum of their absolute values (`torch.linalg.eigvals`; compute in
+# float64). Before you run it: what should a head that copies score, one that erases, and one
+# that rotates every direction by a quarter turn?
+
+
+# %% tags=["starter"]
+def eigenvalue_sign(ov: torch.Tensor) -> float:
+    """ov: [d, d]. sum(Re λ) / sum(|λ|) over its eigenvalues λ."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("11.1", eigenvalue_sign)
+
+
+# %% tags=["hide-cell", "solution"]
+def eigenvalue_sign(ov: torch.Tensor) -> float:
+    eigenvalues = torch.linalg.eigvals(ov.double())
+    return (eigenvalues.real.sum() / eigenvalues.abs().sum()).item()
+
+
+name = models[0]
+layer, head = chosen_on_a(positional_a[name]["self"])
+before, after = heads.norm_gains(loaded[name], layer)  # what the residual sees: the norms' gains folded in
+ov = loaded[name].OV(layer, head).double()
+ov = ov if before is None else before.double()[:, None] * ov
+ov = ov if after is None else ov * after.double()
+table_sign = eigen[name].set_index(["layer", "head"]).loc[(layer, head), "eigenvalue sign"]
+by_hand = eigenvalue_sign(ov)
+check_rows.append(claims.check("an eigenvalue sign by hand equals heads.ov_eigenvalue_signs",
+                               abs(by_hand - table_sign) < 1e-9, f"{table_sign:+.3f}"))  # fmt: skip
+print(f"{LABEL[name]} L{layer}H{head}: {by_hand:+.3f} by hand, {table_sign:+.3f} from the package")
+assert exercises.check("11.1", eigenvalue_sign)
+
+# %% [markdown]
+# A neuron reads the stream through its input direction (in a gated MLP, the gate's row: what
+# makes it fire) and writes its output direction. A large negative cosine between the two
+# (`neurons.in_out_cosines`, the norms' gains folded in) marks a neuron that removes what made
+# it fire. Two random directions in 576 or 640 dimensions have a cosine with a standard
+# deviation near $1/\sqrt{d} \approx 0.04$, so a cosine below -0.5 never happens by chance
+# (the check below draws $10^5$ pairs). Interval: Wilson's for a proportion, over all the
+# model's neurons.
+
+# %%
+cosines, neuron_rows = {}, []
+for name in models:
+    model = loaded[name]
+    cosines[name] = torch.stack([neurons.in_out_cosines(model, layer) for layer in range(model.cfg.n_layers)])
+    below = int((cosines[name] < -0.5).sum())
+    estimate = stats.wilson_interval(below, cosines[name].numel())
+    measured[f"erasing_neurons_{SUFFIX[name]}"] = (estimate, "fraction")
+    random_pairs = torch.nn.functional.cosine_similarity(
+        torch.randn(100_000, model.cfg.d_model), torch.randn(100_000, model.cfg.d_model), dim=-1
+    )
+    check_rows.append(claims.check(
+        f"{LABEL[name]}: no random pair of directions has a cosine below -0.5",
+        bool((random_pairs >= -0.5).all()), f"lowest of 10^5: {random_pairs.min().item():.3f}"))  # fmt: skip
+    holding = (cosines[name] < -0.5).any(1).nonzero().flatten().tolist()
+    neuron_rows.append({
+        "model": LABEL[name], "neurons": cosines[name].numel(), "cosine < -0.5": below,
+        "fraction [Wilson 95%]": f"{estimate[0]:.2%} [{estimate[1]:.2%}, {estimate[2]:.2%}]",
+        "layers holding them": ", ".join(map(str, holding)) or "none",
+        "most negative": cosines[name].min().item()})  # fmt: skip
+pd.DataFrame(neuron_rows).style.hide(axis="index").format(precision=3)
+
+# %%
+fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.5), squeeze=False)
+for ax, name in zip(axes[0], models, strict=True):
+    ax.hist(cosines[name].flatten().numpy(), bins=100, log=True)
+    ax.axvline(-0.5, color="crimson", ls="--", label="-0.5")
+    ax.set(xlabel="input-output cosine", ylabel="neurons", title=LABEL[name])
+    ax.legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Neurons that fire over a range of positions
+#
+# For every neuron of every layer, the share of its activation's variance that position
+# explains ($\eta^2$, `neurons.position_shares`), over positions 2 to 63 (the BOS token and the
+# first real token carry activations unlike any other). The neuron with the largest share on
+# split A is measured on split B. A neuron that ignores position scores about
+# $61 / (62 \cdot 64 - 1) \approx 0.015$; beside it, random neurons of its layer.
+
+
+# %%
+def mlp_activations(model, tokens: torch.Tensor) -> torch.Tensor:
+    """Every neuron's activation: ``[layer, window, pos, neuron]``."""
+    names = [f"blocks.{layer}.mlp.hook_post" for layer in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, names)
+    return torch.stack([cache[n].float() for n in names])
+
+
+position_rows, position_curves = [], {}
+for name in models:
+    model = loaded[name]
+    acts_a = mlp_activations(model, split_a[name])
+    shares_a = torch.stack([neurons.position_shares(a) for a in acts_a])  # [layer, neuron]
+    del acts_a
+    layer, neuron = divmod(int(shares_a.argmax()), shares_a.shape[1])
+    acts_b = mlp_activations(model, split_b[name])[layer]  # [window, pos, neuron]
+    chosen = acts_b[..., neuron : neuron + 1]
+
+    def share_of(windows: torch.Tensor, chosen=chosen) -> float:
+        return neurons.position_shares(chosen[windows]).item()
+
+    estimate = bootstrap_rows(share_of, n_windows)
+    measured[f"position_neuron_{SUFFIX[name]}"] = (estimate, "share")
+    generator = torch.Generator().manual_seed(seed)
+    others = torch.randperm(acts_b.shape[-1], generator=generator)[:n_random_neurons]
+    random_shares = neurons.position_shares(acts_b[..., others])
+    position_curves[name] = (layer, neuron, chosen[..., 0])
+    position_rows.append({
+        "model": LABEL[name], "chosen on A": f"layer {layer}, neuron {neuron}",
+        "share on A": shares_a.max().item(),
+        "share on B [95% CI]": f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]",
+        "chance": (window_length - 3) / ((window_length - 2) * n_windows - 1),
+        "random neurons of its layer, median": random_shares.median().item(),
+        "95th percentile": random_shares.quantile(0.95).item(),
+        "neurons above 0.5 on A": int((shares_a > 0.5).sum())})  # fmt: skip
+pd.DataFrame(position_rows).style.hide(axis="index").format(precision=3)
+
+# %%
+fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.5), squeeze=False)
+for ax, name in zip(axes[0], models, strict=True):
+    layer, neuron, acts = position_curves[name]
+    positions = np.arange(2, window_length)
+    mean, sd = acts[:, 2:].mean(0).numpy(), acts[:, 2:].std(0).numpy()
+    ax.plot(positions, mean)
+    ax.fill_between(positions, mean - sd, mean + sd, alpha=0.3)
+    ax.set(xlabel="position", ylabel="activation (split B)",
+           title=f"{LABEL[name]}: layer {layer}, neuron {neuron}")  # fmt: skip
+plt.suptitle("The neuron position explains most: mean ± sd over split B's windows")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Neurons that promote or suppress a class of tokens
+#
+# A neuron's *value vector*, read through the unembedding (`neurons.value_logits`), says which
+# tokens it promotes when it fires {cite:p}`geva2022promoting`. Standardised per neuron (its
+# logits' mean and spread over the whole vocabulary removed,
+# `neurons.standardised_value_logits`), a class of tokens that a neuron writes stands out far
+# above 0. For four classes (numbers, days, months, capital cities), the neuron of any layer that
+# promotes (or suppresses) the class's choosing half most is measured on its other half; beside
+# it, random neurons of the same layer.
+
+# %%
+CLASSES = {"numbers": ORDINALS["numbers"], "days": ORDINALS["days"], "months": ORDINALS["months"],
+           "capitals": sorted(set(behaviours.CAPITALS.values()))}  # fmt: skip
+class_rows, class_scores = [], {}
+for name in models:
+    model = loaded[name]
+    halves = {}
+    for label, words in CLASSES.items():
+        ids = [
+            model.tokenizer.encode(" " + w)[0] for w in behaviours.single_token_words(model.tokenizer, words)
+        ]
+        if len(ids) < 6:
+            continue
+        order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))
+        ids = torch.tensor(ids)[order]
+        halves[label] = (ids[: len(ids) // 2], ids[len(ids) // 2 :])
+    best = {(label, sign): (-np.inf, None) for label in halves for sign in (1, -1)}
+    for layer in range(model.cfg.n_layers):
+        choosing = torch.cat([choose for choose, _ in halves.values()])
+        z = neurons.standardised_value_logits(model, layer, choosing)  # [neuron, token]
+        start = 0
+        for label, (choose, _) in halves.items():
+            score = z[:, start : start + len(choose)].mean(1)
+            start += len(choose)
+            for sign in (1, -1):
+                value, neuron = (sign * score).max(0)
+                if value.item() > best[label, sign][0]:
+                    best[label, sign] = (value.item(), (layer, int(neuron)))
+    per_member = {1: [], -1: []}
+    for (label, sign), (chosen_score, (layer, neuron)) in best.items():
+        measure = halves[label][1]
+        held = sign * neurons.standardised_value_logits(model, layer, measure, torch.tensor([neuron]))[0]
+        per_member[sign].append(held)
+        generator = torch.Generator().manual_seed(seed)
+        others = torch.randperm(model.cfg.d_mlp, generator=generator)[:n_random_neurons]
+        random_z = sign * neurons.standardised_value_logits(model, layer, measure, others).mean(1)
+        class_rows.append({
+            "model": LABEL[name], "class": label, "kind": "promotes" if sign == 1 else "suppresses",
+            "neuron": f"layer {layer}, neuron {neuron}", "on the choosing half": chosen_score,
+            "on the measuring half": held.mean().item(), "members measured": len(measure),
+            "random neurons of its layer (95th pct)": random_z.quantile(0.95).item()})  # fmt: skip
+    for sign, stem in ((1, "class_promoting_neuron"), (-1, "class_suppressing_neuron")):
+        members = per_member[sign]  # one tensor per class
+        labels = torch.cat([torch.full((len(m),), i) for i, m in enumerate(members)])
+        values = torch.cat(members)
+
+        def mean_over_classes(rows: torch.Tensor, values=values, labels=labels) -> float:
+            chosen, groups = values[rows], labels[rows]
+            return torch.stack([chosen[groups == g].mean() for g in groups.unique()]).mean().item()
+
+        measured[f"{stem}_{SUFFIX[name]}"] = (
+            bootstrap_rows(mean_over_classes, len(values)),
+            "standardised logit",
+        )
+pd.DataFrame(class_rows).style.hide(axis="index").format(precision=2)
+
+# %% [markdown]
+# ## Anisotropy and the outlier dimensions
+#
+# Anisotropy is the mean cosine between the residual-stream vectors of two tokens from
+# different windows (`stats.cross_window_cosine`): 0 for directions spread evenly, near 1 when
+# every token points the same way. The outlier dimensions are the coordinates where some
+# token's value exceeds 6 times its own RMS on split A (`stats.outlier_dims`, the scale-free
+# test of the Outliers chapter). On split B: the share of the anisotropy that zeroing them
+# removes, against zeroing as many other dimensions drawn at random. The claim is judged at the
+# middle boundary; the figure shows every boundary, each with its own outlier dimensions.
+
+
+# %%
+def anisotropy_without(acts: torch.Tensor, dims: torch.Tensor) -> float:
+    """Anisotropy of ``[window, pos, d]`` vectors with the coordinates ``dims`` zeroed."""
+    kept = acts.clone()
+    kept[..., dims] = 0.0
+    return stats.cross_window_cosine(torch.nn.functional.normalize(kept, dim=-1))
+
+
+anisotropy_rows, anisotropy_curves = [], {}
+for name in models:
+    model = loaded[name]
+    names = model.resid_names()
+    _, cache_a = model.run_with_cache(split_a[name], names)
+    _, cache_b = model.run_with_cache(split_b[name], names)
+    curve = []
+    for boundary, hook in enumerate(names):
+        a, b = cache_a[hook][:, 2:].float(), cache_b[hook][:, 2:].float()
+        dims = stats.outlier_dims(a, 6.0, relative=True)
+        full = anisotropy_without(b, dims[:0])
+        curve.append({"boundary": boundary, "outliers": len(dims), "with": full,
+                      "without": anisotropy_without(b, dims)})  # fmt: skip
+    anisotropy_curves[name] = pd.DataFrame(curve)
+    middle = names[model.cfg.n_layers // 2]  # the residual entering block n_layers // 2
+    a, b = cache_a[middle][:, 2:].float(), cache_b[middle][:, 2:].float()
+    del cache_a, cache_b
+    dims = stats.outlier_dims(a, 6.0, relative=True)
+    subset = torch.nn.functional.normalize(b[:4, :10], dim=-1)
+    flat, window = subset.flatten(0, 1), torch.arange(4).repeat_interleave(10)
+    brute = (flat @ flat.T)[window[:, None] != window[None, :]].mean().item()
+    check_rows.append(claims.check(f"{LABEL[name]}: cross_window_cosine is the mean over every cross pair",
+                                   abs(brute - stats.cross_window_cosine(subset)) < 1e-5,
+                                   f"{brute:.4f}"))  # fmt: skip
+
+    def share_removed(windows: torch.Tensor, b=b, dims=dims) -> float:
+        if len(dims) == 0:
+            return 0.0
+        chosen = b[windows]
+        return 1 - anisotropy_without(chosen, dims) / anisotropy_without(chosen, dims[:0])
+
+    estimate = bootstrap_rows(share_removed, n_windows)
+    measured[f"anisotropy_outliers_{SUFFIX[name]}"] = (estimate, "share removed")
+    generator = torch.Generator().manual_seed(seed)
+    rest = torch.tensor([i for i in range(model.cfg.d_model) if i not in set(dims.tolist())])
+    random_sets = [rest[torch.randperm(len(rest), generator=generator)[: max(len(dims), 1)]]
+                   for _ in range(n_random_draws)]  # fmt: skip
+    random_shares = [share_removed(torch.arange(n_windows), dims=dims_) for dims_ in random_sets]
+    anisotropy_rows.append({
+        "model": LABEL[name], "boundary": middle,
+        "outlier dims (A)": ", ".join(map(str, dims.tolist())) or "none",
+        "anisotropy (B)": anisotropy_without(b, dims[:0]),
+        "without the outliers": anisotropy_without(b, dims),
+        "share removed [95% CI]": f"{estimate[0]:.2f} [{estimate[1]:.2f}, {estimate[2]:.2f}]",
+        "as many random dims remove": float(np.mean(random_shares))})  # fmt: skip
+pd.DataFrame(anisotropy_rows).style.hide(axis="index").format(precision=3)
+
+# %%
+fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.5), squeeze=False)
+for ax, name in zip(axes[0], models, strict=True):
+    curve = anisotropy_curves[name]
+    ax.plot(curve["boundary"], curve["with"], marker="o", ms=3, label="all dimensions")
+    ax.plot(curve["boundary"], curve["without"], marker="o", ms=3, label="outlier dimensions zeroed")
+    ax.axvline(loaded[name].cfg.n_layers // 2, color="grey", ls=":", lw=1)
+    ax.set(xlabel="layer boundary", ylabel="mean cross-window cosine (B)", title=LABEL[name], ylim=(-0.05, 1))
+    ax.legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## The last layer's frequency bias
+#
+# Kobayashi et al. found that GPT-2's last layer norm shifts every prediction towards frequent
+# tokens. Neither model here has a bias anywhere, so the test is on the behaviour: the last
+# block's direct contribution to the logits (its attention and MLP outputs, through the final
+# norm's scale of the whole stream and the unembedding), averaged over positions, against each
+# token's log count in the pydoc text, over the tokens seen there at least 3 times: a Spearman
+# correlation. The middle block, measured the same way, is the comparison. The pydoc counts
+# stand in for the training corpus's, which we do not have.
+
+
+# %%
+def direct_logits_per_window(model, tokens: torch.Tensor, layer: int, token_ids: torch.Tensor):
+    """Block ``layer``'s direct contribution to the logits of ``token_ids``, averaged over
+    positions 2 onwards of each window: ``[window, token]``."""
+    names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.hook_resid_post", model.resid_names()[-1]]
+    _, cache = model.run_with_cache(tokens, names)
+    written = (cache[names[1]] - cache[names[0]]).float()[:, 2:]  # [window, pos, d]
+    scale = model.ln_final.scale(cache[names[2]].float()[:, 2:])  # [window, pos, 1]
+    per_window = (written / scale).mean(1)  # linear from here on: the mean commutes with the read-out
+    with torch.no_grad():
+        return model.direction_logits(per_window)[:, token_ids].float()
+
+
+frequency_rows = []
+for name in models:
+    model = loaded[name]
+    counts = torch.bincount(all_ids[name], minlength=model.cfg.vocab_size)
+    seen = (counts >= 3).nonzero().flatten()
+    log_count = counts[seen].double().log()
+    per_block = {}
+    for label, layer in (("last block", model.cfg.n_layers - 1), ("middle block", model.cfg.n_layers // 2)):
+        logits = direct_logits_per_window(model, split_b[name], layer, seen)
+
+        def correlation(windows: torch.Tensor, logits=logits, log_count=log_count) -> float:
+            return stats.spearman(logits[windows].mean(0), log_count)
+
+        per_block[label] = bootstrap_rows(correlation, n_windows)
+    measured[f"frequency_bias_{SUFFIX[name]}"] = (per_block["last block"], "Spearman ρ")
+    frequency_rows.append({
+        "model": LABEL[name], "tokens seen ≥ 3 times": len(seen),
+        **{f"{label} ρ [95% CI]": f"{v[0]:+.2f} [{v[1]:+.2f}, {v[2]:+.2f}]"
+           for label, v in per_block.items()}})  # fmt: skip
+pd.DataFrame(frequency_rows).style.hide(axis="index")
+
+# %% [markdown]
+# ## Function vectors
+#
+# Todd et al. found that a few heads, reading in-context examples of a task ("hot: cold, big:
+# small, ..."), write at the last position a vector that carries the task: their summed mean
+# outputs, the *function vector*, added to a prompt with no examples at all, makes the model do
+# the task. The recipe (`resid.function_vectors`), on four tasks written for this book:
+#
+# 1. **Positive control.** A task counts only where the model does it in context: 10-shot
+#    top-1 accuracy of at least 0.5 on the selection items.
+# 2. **Which heads** (selection items only): each head's *average indirect effect*, the rise in
+#    the answer's probability when its output at the last position of a prompt whose ten labels
+#    were shuffled is replaced by its mean over clean prompts of the task; averaged over the
+#    counted tasks, the top 10 heads.
+# 3. **The test** (held-out items only): zero-shot prompts, "Q: x\nA:", with the task's function
+#    vector added to the residual at the last position at boundary $L/3$, against the same
+#    prompts without it and with a random vector of the same norm.
+
+# %%
+fv_rows, fv_effects, fv_results, fv_heads = [], {}, {}, {}
+for name in models:
+    model = loaded[name]
+    prefix = behaviours.bos_prefix(model.tokenizer)
+    boundary = model.cfg.n_layers // 3
+    prompts = {}
+    for task, pairs in function_vectors.FV_TASKS.items():
+        usable = function_vectors.usable_pairs(model.tokenizer, pairs)
+        order = random.Random(seed).sample(usable, len(usable))
+        selection, held_out = order[: len(order) // 2], order[len(order) // 2 :]
+        row = {"model": LABEL[name], "task": task, "usable pairs": len(usable), "selection": len(selection),
+               "held out": len(held_out)}  # fmt: skip
+        if len(selection) < 11:
+            fv_rows.append(row | {"10-shot accuracy (selection)": np.nan, "counted": False})
+            continue
+        clean, answers = function_vectors.icl_prompts(
+            model.tokenizer, selection, selection, 10, seed, prefix=prefix
+        )
+        accuracy = function_vectors.top1_hits(model, clean, answers).mean().item()
+        fv_rows.append(row | {"10-shot accuracy (selection)": accuracy, "counted": accuracy >= 0.5})
+        if accuracy >= 0.5:
+            prompts[task] = (selection, held_out, clean, answers)
+    effects = []
+    for selection, _, clean, answers in prompts.values():
+        queries = selection[:6] if quick else selection  # CI's quick run: a few prompts per task
+        clean, answers = clean[: len(queries)], answers[: len(queries)]  # the same demonstrations, in order
+        corrupted, _ = function_vectors.icl_prompts(
+            model.tokenizer, selection, queries, 10, seed, shuffle_labels=True, prefix=prefix)  # fmt: skip
+        mean_z = function_vectors.mean_head_z(model, clean)
+        effects.append(function_vectors.average_indirect_effect(model, corrupted, answers, mean_z))
+    if not effects:
+        measured[f"function_vector_{SUFFIX[name]}"] = ((np.nan, np.nan, np.nan), "Δ accuracy")
+        measured[f"function_vector_not_any_vector_{SUFFIX[name]}"] = ((np.nan, np.nan, np.nan), "Δ accuracy")
+        continue
+    fv_effects[name] = torch.stack(effects).mean(0)  # [layer, head]
+    top = fv_effects[name].flatten().topk(10).indices
+    fv_heads[name] = [divmod(int(i), model.cfg.n_heads) for i in top]
+    gains_none, gains_random, per_task = [], [], []
+    generator = torch.Generator().manual_seed(seed)
+    for task, (selection, held_out, clean, _) in prompts.items():
+        vector = function_vectors.function_vector(model, clean, fv_heads[name])
+        zero, answers = function_vectors.icl_prompts(
+            model.tokenizer, selection, held_out, 0, seed, prefix=prefix
+        )
+        shots, _ = function_vectors.icl_prompts(model.tokenizer, selection, held_out, 10, seed, prefix=prefix)
+        plain = function_vectors.top1_hits(model, zero, answers)
+        with_fv = function_vectors.top1_hits(model, zero, answers, function_vectors.add_at(boundary, vector))
+        randoms = []
+        for _ in range(5):
+            direction = torch.randn(model.cfg.d_model, generator=generator)
+            random_vector = direction / direction.norm() * vector.norm()
+            nudge = function_vectors.add_at(boundary, random_vector)
+            randoms.append(function_vectors.top1_hits(model, zero, answers, nudge))
+        with_random = torch.stack(randoms).mean(0)
+        gains_none.append(with_fv - plain)
+        gains_random.append(with_fv - with_random)
+        per_task.append({"model": LABEL[name], "task": task, "held-out items": len(held_out),
+                         "zero-shot": plain.mean().item(), "+ random vector": with_random.mean().item(),
+                         "+ function vector": with_fv.mean().item(),
+                         "10-shot": function_vectors.top1_hits(model, shots, answers).mean().item(),
+                         "‖FV‖": vector.norm().item()})  # fmt: skip
+    fv_results[name] = per_task
+    measured[f"function_vector_{SUFFIX[name]}"] = (bootstrap_mean(torch.cat(gains_none)), "Δ accuracy")
+    measured[f"function_vector_not_any_vector_{SUFFIX[name]}"] = (
+        bootstrap_mean(torch.cat(gains_random)), "Δ accuracy")  # fmt: skip
+display(pd.DataFrame(fv_rows).style.hide(axis="index").format(precision=2))
+pd.DataFrame([r for rows in fv_results.values() for r in rows]).style.hide(axis="index").format(precision=2)
+
+# %%
+if fv_effects:
+    fig, axes = plt.subplots(1, len(fv_effects), figsize=(5.5 * len(fv_effects), 3.8), squeeze=False)
+    for ax, (name, effect) in zip(axes[0], fv_effects.items(), strict=True):
+        sns.heatmap(effect.T.numpy(), ax=ax, cmap="RdBu_r", center=0)
+        ax.set(title=f"{LABEL[name]}: average indirect effect", xlabel="layer", ylabel="head")
+    plt.tight_layout()
+    plt.show()
+    display(Markdown("The top 10 heads: " + "; ".join(
+        f"{LABEL[name]} " + ", ".join(f"L{layer}H{head}" for layer, head in chosen)
+        for name, chosen in fv_heads.items())))  # fmt: skip
+
+# %% [markdown]
+# ## Context retrieval: the request first, the entity later
+#
+# Variengien and Winsor decompose retrieving an answer from the context into two steps: the
+# model first processes the *request* (which person is asked about), then late heads *fetch*
+# the entity from the context. Here: three people and the cities they live in (assigned at
+# random, so that knowledge cannot answer), then a question about one of them
+# (`behaviours.retrieval_prompts`); the counterfactual asks about another of the three. Where
+# is the request processed? Patching the residual stream at the asked name's position, boundary
+# by boundary, swings the answer only while the request still lives there. Where is the entity
+# fetched? The heads with the largest direct effect on the answer-foil logit difference at the
+# last position (`attribution.component_attributions`).
+
+# %%
+retrieval_rows, retrieval_curves, retrieval_heads = [], {}, {}
+for name in models:
+    model = loaded[name]
+    prompts = behaviours.retrieval_prompts(model.tokenizer, n_retrieval, seed)
+    metric = metrics.LogitDiff(prompts.answers, prompts.foils)
+    clean = metric(model(prompts.tokens)[:, -1])
+    swapped = metric(model(prompts.counterfactual)[:, -1])
+    accuracy = (clean > 0).float().mean().item()
+    request = prompts.positions["request"]
+    same_place = bool((request == request[0]).all())
+    check_rows.append(claims.check(f"{LABEL[name]}: every retrieval prompt asks at the same position",
+                                   same_place, f"position {request[0].item()}"))  # fmt: skip
+    row = {"model": LABEL[name], "prompts": len(prompts), "answer preferred": accuracy,
+           "logit difference": clean.mean().item(), "counterfactual's": swapped.mean().item()}  # fmt: skip
+    if accuracy < 0.5:  # the positive control fails: nothing to decompose
+        measured[f"retrieval_after_request_{SUFFIX[name]}"] = ((np.nan, np.nan, np.nan), "share of depth")
+        retrieval_rows.append(row)
+        continue
+    patched = patching.patch_residual(model, prompts.tokens, prompts.counterfactual, metric, per_prompt=True)
+    at_request = patched[:, request[0]]  # [boundary, prompt]
+    labels, contributions, bias_term = attribution.component_attributions(
+        model, prompts.tokens, prompts.answers, prompts.foils)  # fmt: skip
+    total = contributions.sum(0) + bias_term
+    check_rows.append(claims.check(f"{LABEL[name]}: the direct effects sum to the logit difference",
+                                   torch.allclose(total, clean, atol=1e-2, rtol=1e-3),
+                                   f"largest gap {(total - clean).abs().max().item():.1e}"))  # fmt: skip
+    head_rows = [i for i, label in enumerate(labels) if re.fullmatch(r"L\d+H\d+", label)]
+    head_effects = contributions[head_rows]  # [head, prompt]
+    head_layers = torch.tensor([int(re.match(r"L(\d+)", labels[i]).group(1)) for i in head_rows])
+    n_layers = model.cfg.n_layers
+
+    def request_boundary(rows: torch.Tensor, at_request=at_request, clean=clean, swapped=swapped) -> int:
+        moved = (at_request[:, rows].mean(1) - clean[rows].mean()) / (
+            swapped[rows].mean() - clean[rows].mean()
+        )
+        below = (moved < 0.5).nonzero()
+        return int(below[0]) if len(below) else len(moved)
+
+    def retrieval_boundary(rows: torch.Tensor, head_effects=head_effects, head_layers=head_layers) -> float:
+        top = head_effects[:, rows].mean(1).topk(5).indices
+        return (head_layers[top] + 1).float().median().item()
+
+    def gap(rows: torch.Tensor, n_layers=n_layers) -> float:
+        return (retrieval_boundary(rows) - request_boundary(rows)) / n_layers
+
+    everyone = torch.arange(len(prompts))
+    measured[f"retrieval_after_request_{SUFFIX[name]}"] = (
+        bootstrap_rows(gap, len(prompts)),
+        "share of depth",
+    )
+    moved_all = (at_request.mean(1) - clean.mean()) / (swapped.mean() - clean.mean())
+    retrieval_curves[name] = (moved_all, head_effects.mean(1), head_layers)
+    top = head_effects.mean(1).topk(5).indices
+    retrieval_heads[name] = [labels[head_rows[i]] for i in top]
+    retrieval_rows.append(row | {"request leaves its position at boundary": request_boundary(everyone),
+                                 "fetching heads (top 5 by direct effect)": ", ".join(retrieval_heads[name]),
+                                 "their median boundary": retrieval_boundary(everyone),
+                                 "layers": n_layers})  # fmt: skip
+pd.DataFrame(retrieval_rows).style.hide(axis="index").format(precision=2)
+
+# %%
+if retrieval_curves:
+    fig, axes = plt.subplots(
+        1, len(retrieval_curves), figsize=(5.5 * len(retrieval_curves), 3.6), squeeze=False
+    )
+    for ax, (name, (moved, effects, layers)) in zip(axes[0], retrieval_curves.items(), strict=True):
+        ax.plot(
+            np.arange(len(moved)), moved.numpy(), marker="o", ms=3, label="patch at the request: share moved"
+        )
+        per_layer = torch.zeros(len(moved)).index_add_(0, layers, effects.clamp_min(0))
+        ax2 = ax.twinx()
+        ax2.bar(np.arange(len(moved)) + 1, per_layer.numpy(), color="tab:orange", alpha=0.4,
+                label="heads' positive direct effect")  # fmt: skip
+        ax.axhline(0.5, color="grey", ls=":", lw=1)
+        ax.set(xlabel="boundary", ylabel="share of the swing moved", title=LABEL[name])
+        ax2.set_ylabel("direct effect (logit difference)")
+        ax.legend(loc="upper right", fontsize=8)
+    plt.tight_layout()
+    plt.show()
+
+# %% [markdown]
+# ## Checks
+#
+# The identities and sanity properties asserted along the way (a failing one stops the
+# chapter). They are never counted as reproductions.
+
+# %% tags=["checks"]
+pd.DataFrame(check_rows).style.hide(axis="index")
+
+# %% [markdown]
+# (claims-catalogue)=
+# ## The Primer's catalogue, judged against its criteria
+#
+# Each row: the claim, its source, our estimate with its 95% interval (a bootstrap over split
+# B's windows, over the measured items or tokens, or of the choice; Wilson's for the fraction
+# of neurons), the criterion in `notebooks/criteria/catalogue.toml`, and the verdict.
+
+# %%
+for key, criterion in criteria.items():
+    if key not in measured:  # a quick run measures one model
+        continue
+    (estimate, low, high), what = measured[key]
+    ours = f"{what} {estimate:.3g} [{low:.3g}, {high:.3g}]"
+    claim_rows.append(claims.judge(criterion, estimate, low, high, ours))
+claims.table(claim_rows).style.hide(axis="index")
+
+# %% [markdown]
+# **Takeaways**, computed from the rows above.
+
+# %%
+verdicts = {row["id"]: row["verdict"] for row in claim_rows}
+estimates = {row["id"]: row["estimate"] for row in claim_rows}
+
+
+def per_model(stem: str, fmt: str = ".2f") -> str:
+    return "; ".join(f"{LABEL[name]} {estimates[f'{stem}_{SUFFIX[name]}']:{fmt}} "
+                     f"({verdicts[f'{stem}_{SUFFIX[name]}']})" for name in models)  # fmt: skip
+
+
+display(Markdown(
+    f"- **Positional heads.** The best previous-token head, measured on text that did not choose it: "
+    f"{per_model('previous_token_head')}. The best self-attending head: {per_model('self_head')}.\n"
+    "- **Subword joiners**, beyond what attending to the previous token gives: "
+    f"{per_model('subword_joiner')}. Ablating the top three costs word-continuing tokens this many times "
+    f"what three random heads cost: {per_model('joiner_heads_matter', '.1f')}.\n"
+    f"- **OV circuits.** Successor heads chosen on numbers and letters, measured on days and months: "
+    f"{per_model('successor_head')}. Copying heads on unseen tokens: {per_model('copying_head')}.\n"
+    f"- **Memory management.** The most self-attending head's eigenvalue sign: "
+    f"{per_model('erasing_self_head', '+.2f')}. Neurons with an input-output cosine below -0.5: "
+    f"{per_model('erasing_neurons', '.2%')}.\n"
+    f"- **Position neurons** (share of variance position explains): {per_model('position_neuron')}.\n"
+    "- **Anisotropy** removed by zeroing the outlier dimensions: "
+    f"{per_model('anisotropy_outliers', '.0%')}.\n"
+    "- **Frequency bias** of the last block (Spearman ρ with log frequency): "
+    f"{per_model('frequency_bias', '+.2f')}.\n"
+    "- **Function vectors**, zero-shot accuracy gained on held-out items over no vector: "
+    f"{per_model('function_vector', '+.0%')}; over a random vector of the same norm: "
+    f"{per_model('function_vector_not_any_vector', '+.0%')}.\n"
+    "- **Context retrieval**, how much deeper (as a share of the depth) the fetching heads sit than the "
+    f"boundary where the request leaves its position: {per_model('retrieval_after_request', '+.2f')}."
+))  # fmt: skip
+
+# %%
+results = {
+    "chapter": "catalogue",
+    "quick": quick,
+    "models": list(models),
+    "positional": positional_rows,
+    "joiner": joiner_rows,
+    "joiner_ablation": ablation_rows,
+    "successor": successor_rows,
+    "copying": copy_rows,
+    "memory_heads": memory_rows,
+    "memory_neurons": neuron_rows,
+    "position_neurons": position_rows,
+    "anisotropy": anisotropy_rows,
+    "anisotropy_by_boundary": {name: anisotropy_curves[name].to_dict(orient="records") for name in models},
+    "frequency_bias": frequency_rows,
+    "class_neurons": class_rows,
+    "retrieval": retrieval_rows,
+    "retrieval_heads": retrieval_heads,
+    "function_vector_tasks": fv_rows,
+    "function_vectors": fv_results,
+    "function_vector_heads": {
+        name: [f"L{layer}H{head}" for layer, head in chosen] for name, chosen in fv_heads.items()
+    },
+    "claims": claim_rows,
+    "checks": check_rows,
+    "seconds": time.time() - started,
+}
+book.save_results(results, rerun={"n_windows": n_windows, "seed": seed})
