@@ -275,8 +275,11 @@ def load_converted(path: Path) -> Transformer:
     model = Transformer(cfg)
     model.load_state_dict(load_file(path / "model.safetensors"), strict=not cfg.tie_embeddings)
     # config.json here is resid's Config: an empty transformers config keeps AutoTokenizer from
-    # parsing it as one of its own (and warning about its fields on every load)
-    tokenizer = AutoTokenizer.from_pretrained(path, config=PretrainedConfig())
+    # parsing it as one of its own (and warning about its fields on every load). Finding no
+    # transformers version in it, transformers takes the folder for an old Mistral checkpoint and
+    # warns that its pre-tokenizer regex is wrong; the tokenizers here are not Mistral's, so
+    # saying so (fix_mistral_regex=False) keeps them as they are and the warning away.
+    tokenizer = AutoTokenizer.from_pretrained(path, config=PretrainedConfig(), fix_mistral_regex=False)
     model.tokenizer = HFTokenizer(tokenizer, add_special_tokens=not cfg.causal)
     return model
 
