@@ -59,6 +59,7 @@
 # detectors, context retrieval) is not in this chapter yet.
 
 # %% tags=["parameters"]
+model_name = "smollm2-135m"  # [model] the model the exercises read (one of models)
 models = ("smollm2-135m", "gemma3-270m")  # [non-empty] the two pretrained models the criteria name
 n_windows = 64  # [> 2] windows of text per split (A chooses, B measures)
 window_length = 64  # [> 3] tokens per window, BOS included where the model uses one
@@ -114,6 +115,8 @@ SUFFIX = {"smollm2-135m": "smollm2", "gemma3-270m": "gemma3"}  # the criteria's 
 LABEL = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma-3-270M"}
 if unknown := [m for m in models if m not in SUFFIX]:
     raise ValueError(f"models={unknown}: the criteria name only {sorted(SUFFIX)}")
+if model_name not in models:
+    raise ValueError(f"model_name={model_name!r}: the exercises read one of models={models}")
 claim_rows, check_rows = [], []
 measured = {}  # criterion id -> ((estimate, low, high), what it is)
 
@@ -500,7 +503,7 @@ def eigenvalue_sign(ov: torch.Tensor) -> float:
     return (eigenvalues.real.sum() / eigenvalues.abs().sum()).item()
 
 
-name = models[0]
+name = model_name
 layer, head = chosen_on_a(positional_a[name]["self"])
 before, after = heads.norm_gains(loaded[name], layer)  # what the residual sees: the norms' gains folded in
 ov = loaded[name].OV(layer, head).double()
@@ -614,6 +617,42 @@ for ax, name in zip(axes[0], models, strict=True):
 plt.suptitle("The neuron position explains most: mean ± sd over split B's windows")
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ### Exercise 11.2: how much of a neuron position explains
+#
+# *Coding · difficulty 1 of 3 · about 10 minutes*
+#
+# Write the share for one neuron: `acts` is `[window, pos]`; the variance of its mean activation
+# at each position (over the windows) divided by the variance of all its values (population
+# variances, `unbiased=False`). Every position has the same number of windows, which is what
+# makes this ratio the between-group share of the variance.
+
+
+# %% tags=["starter"]
+def position_share(acts: torch.Tensor) -> float:
+    """acts: [window, pos] for one neuron. Var(mean per position) / Var(all values)."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("11.2", position_share)
+
+
+# %% tags=["hide-cell", "solution"]
+def position_share(acts: torch.Tensor) -> float:
+    acts = acts.double()
+    return (acts.mean(0).var(unbiased=False) / acts.flatten().var(unbiased=False)).item()
+
+
+layer, neuron, chosen_acts = position_curves[model_name]
+by_hand = position_share(chosen_acts[:, 2:])
+package = neurons.position_shares(chosen_acts[:, :, None]).item()
+check_rows.append(claims.check("a position share by hand equals neurons.position_shares",
+                               abs(by_hand - package) < 1e-5, f"{package:.4f}"))  # fmt: skip
+print(
+    f"{LABEL[model_name]} layer {layer}, neuron {neuron}: {by_hand:.4f} by hand, {package:.4f} in the package"
+)
+assert exercises.check("11.2", position_share)
 
 # %% [markdown]
 # ## Neurons that promote or suppress a class of tokens
@@ -760,6 +799,44 @@ for ax, name in zip(axes[0], models, strict=True):
     ax.legend()
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ### Exercise 11.3: anisotropy without the pairs
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
+# First predict: zeroing 16 coordinates drawn at random from SmolLM2's 576, does the anisotropy
+# change much? Then write the anisotropy of unit vectors `[window, token, d]`: the mean cosine
+# over every pair of tokens from *different* windows. Forming all pairs is fine here; the
+# package's version (`stats.cross_window_cosine`) never forms them: the squared norm of the sum of
+# all vectors, less each window's own, counts every cross pair twice.
+
+# %% tags=["starter"]
+exercises.predict("11.3", ...)  # "yes" or "no"
+
+
+def cross_window_cosine(unit: torch.Tensor) -> float:
+    """unit: [window, token, d], each vector of norm 1. The mean cosine over cross-window pairs."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("11.3", cross_window_cosine)
+
+
+# %% tags=["hide-cell", "solution"]
+def cross_window_cosine(unit: torch.Tensor) -> float:
+    flat = unit.double().flatten(0, 1)  # [window * token, d]
+    window = torch.arange(unit.shape[0]).repeat_interleave(unit.shape[1])
+    cosines = flat @ flat.T
+    return cosines[window[:, None] != window[None, :]].mean().item()
+
+
+exercises.predict("11.3", "no")
+sample = torch.nn.functional.normalize(b[:8], dim=-1)  # the last model's middle boundary, split B
+by_hand, package = cross_window_cosine(sample), stats.cross_window_cosine(sample)
+check_rows.append(claims.check("an anisotropy by hand equals stats.cross_window_cosine",
+                               abs(by_hand - package) < 1e-9, f"{package:.4f}"))  # fmt: skip
+assert exercises.check("11.3", cross_window_cosine)
 
 # %% [markdown]
 # ## The last layer's frequency bias

@@ -757,3 +757,29 @@ def test_11_1():
 
     assert passes("11.1", sign)
     assert not passes("11.1", trace_only)
+
+
+def test_11_2():
+    def share(acts):
+        acts = acts.double()
+        return (acts.mean(0).var(unbiased=False) / acts.flatten().var(unbiased=False)).item()
+
+    def unbiased_share(acts):  # sample variances: the ratio drifts with the number of windows
+        return (acts.mean(0).var() / acts.flatten().var()).item() * 1.5
+
+    assert passes("11.2", share)
+    assert not passes("11.2", unbiased_share)
+
+
+def test_11_3():
+    def anisotropy(unit):
+        flat = unit.double().flatten(0, 1)
+        window = torch.arange(unit.shape[0]).repeat_interleave(unit.shape[1])
+        return (flat @ flat.T)[window[:, None] != window[None, :]].mean().item()
+
+    def with_own_window(unit):  # every pair, those within a window too
+        flat = unit.double().flatten(0, 1)
+        return (flat @ flat.T).mean().item()
+
+    assert passes("11.3", anisotropy, prediction="no")
+    assert not passes("11.3", with_own_window, prediction="no")

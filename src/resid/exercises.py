@@ -1173,3 +1173,36 @@ def _eigenvalue_sign(eigenvalue_sign: Callable[[Tensor], float]):
     _close(float(eigenvalue_sign(random_ov)), (eigenvalues.real.sum() / eigenvalues.abs().sum()).item(),
            "the sign of a random rank-4 circuit", atol=1e-6)  # fmt: skip
     return "+1 for copying, -1 for erasing, 0 for a rotation, the right value on a random circuit.", None
+
+
+@exercise("11.2", "how much of a neuron position explains", "code", 1, 10)
+def _position_share(position_share: Callable[[Tensor], float]):
+    g = _generator()
+    noise = torch.randn(40, 30, generator=g)
+    by_position = torch.linspace(-2, 2, 30).expand(40, 30).clone()
+    for what, acts in {
+        "a neuron that follows position alone": by_position,
+        "noise": noise,
+        "position plus noise": by_position + noise,
+    }.items():
+        reference = neurons.position_shares(acts[:, :, None], first=0).item()
+        _close(float(position_share(acts)), reference, f"the share for {what}", atol=1e-5)
+    return "1 for a neuron that follows position, near 0 for noise, right in between.", None
+
+
+@exercise(
+    "11.3",
+    "anisotropy without the pairs",
+    "code + predict",
+    2,
+    15,
+    predicts='whether zeroing 16 random coordinates of 576 changes the anisotropy much ("yes"/"no")',
+)
+def _cross_window_cosine(cross_window_cosine: Callable[[Tensor], float]):
+    g = _generator()
+    shared = torch.randn(24, generator=g)
+    for what, scale in {"isotropic vectors": 0.0, "vectors sharing a direction": 2.0}.items():
+        vectors = torch.randn(6, 9, 24, generator=g, dtype=torch.float64) + scale * shared.double()
+        unit = torch.nn.functional.normalize(vectors, dim=-1)
+        _close(float(cross_window_cosine(unit)), stats.cross_window_cosine(unit), f"the anisotropy of {what}")
+    return "the mean cosine over pairs from different windows, pairs within a window left out.", "no"
