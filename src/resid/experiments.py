@@ -307,7 +307,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     os.environ.setdefault(records.ENV, str(records.DEFAULT))
-    configs = list({cfg.key(): cfg for *_, cfg in QUEUES[args.design]()}.values())
+    jobs = QUEUES[args.design]()
+    # AdamW's own runs first (a stable sort keeps the design's order otherwise): they alone say
+    # at which rates the design is powered, so a queue stopped part-way has answered that first
+    jobs.sort(key=lambda job: job[1] != "adamw")
+    configs = list({cfg.key(): cfg for *_, cfg in jobs}.values())
     missing = [cfg for cfg in configs if records.read(cfg.key()) is None]
     print(f"{args.design}: {len(configs)} runs, {len(missing)} without a record in {records.directory()}")
     if args.estimate:
