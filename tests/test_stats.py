@@ -198,3 +198,17 @@ def test_cross_window_cosine_equals_the_mean_over_every_pair_from_different_wind
     cosines = flat @ flat.T
     brute = cosines[window[:, None] != window[None, :]].mean().item()
     assert stats.cross_window_cosine(unit) == pytest.approx(brute, rel=1e-9)
+
+
+def test_window_statistics_add_up_to_the_whole_sample_and_find_a_planted_outlier():
+    generator = torch.Generator().manual_seed(0)
+    stream = torch.randn(3, 4 * 16, 64, generator=generator)  # [boundary, window * position, d]
+    # window 0, boundary 2, coordinate 7: 40 is about 7.8 x that token's RMS (at most sqrt(64) = 8)
+    stream[2, 5, 7] = 40.0
+    outliers, kurt = stats.window_statistics(stream, n_windows=4)
+    assert outliers.shape == (4, 3, 64) and kurt.shape == (4, 3)
+    assert outliers[0, 2, 7] and outliers.sum() == 1
+    for boundary in range(3):
+        whole = stats.outlier_dims(stream[boundary], 6.0, relative=True)
+        assert torch.equal(torch.nonzero(outliers[:, boundary].any(0)).flatten(), whole)
+        assert abs(kurt[:, boundary].mean().item() - stats.kurtosis_metric(stream[boundary])) < 1e-4

@@ -115,14 +115,33 @@ def token_ids(text: str, tokenizer, chunk_chars: int = 100_000) -> Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def windows(ids: Tensor, length: int, n: int, seed: int = 0) -> Tensor:
-    """``n`` non-overlapping windows of ``length`` tokens, chosen at random: ``[n, length]``."""
-    available = len(ids) // length
-    if n > available:
-        raise ValueError(f"asked for {n} windows of {length} tokens; the text holds {available}")
+def windows(ids: Tensor, length: int, n: int, seed: int = 0, skip: int = 0, bos: int | None = None) -> Tensor:
+    """``n`` non-overlapping windows of ``length`` tokens, chosen at random: ``[n, length]``.
+
+    ``skip`` passes over the first windows of the same draw, so ``windows(ids, L, m, seed,
+    skip=n)`` shares no window with ``windows(ids, L, n, seed)``: data held out from an earlier
+    reading. ``bos`` puts that token first in every window, before ``length - 1`` tokens of text,
+    for a model trained with one (see ``leading_bos``).
+    """
+    body = length - (bos is not None)
+    available = len(ids) // body
+    if skip + n > available:
+        raise ValueError(f"asked for {n} windows of {body} tokens after {skip}; the text holds {available}")
     generator = torch.Generator().manual_seed(seed)
-    starts = torch.randperm(available, generator=generator)[:n].sort().values * length
-    return torch.stack([ids[s : s + length] for s in starts.tolist()])
+    starts = torch.randperm(available, generator=generator)[skip : skip + n].sort().values * body
+    drawn = torch.stack([ids[s : s + body] for s in starts.tolist()])  # [n, body]
+    if bos is None:
+        return drawn
+    return torch.cat([torch.full((n, 1), bos, dtype=drawn.dtype), drawn], dim=1)  # [n, length]
+
+
+def leading_bos(tokenizer) -> int | None:
+    """The BOS token id when the tokenizer starts its own encodings with it (Gemma does, SmolLM2
+    does not): text windows fed to that model should start with it too."""
+    hf = getattr(tokenizer, "hf", None)
+    if hf is None or hf.bos_token_id is None:
+        return None
+    return hf.bos_token_id if hf(" x", add_special_tokens=True)["input_ids"][0] == hf.bos_token_id else None
 
 
 def random_batch(ids: Tensor, batch_size: int, length: int, seed: int) -> Tensor:

@@ -274,3 +274,18 @@ def cross_window_cosine(unit: Tensor) -> float:
     cross = sums.sum(0).pow(2).sum() - sums.pow(2).sum()
     n_windows = unit.shape[0]
     return (cross / (n * n * n_windows * (n_windows - 1))).item()
+
+
+def window_statistics(stream: Tensor, n_windows: int, threshold: float = 6.0) -> tuple[Tensor, Tensor]:
+    """The residual stream read at every boundary, ``[boundary, window * position, d_model]``,
+    window by window, so that a bootstrap can resample whole windows: which coordinates some
+    token of each window makes a scale-free outlier (``outlier_dims(..., relative=True)``),
+    ``[window, boundary, d_model]``, and each window's mean per-token kurtosis,
+    ``[window, boundary]``. Over all windows they give back the whole sample's outlier sets and
+    ``kurtosis_metric``."""
+    n_boundaries, n_tokens, d_model = stream.shape
+    by_window = stream.float().reshape(n_boundaries, n_windows, n_tokens // n_windows, d_model)
+    token_rms = by_window.pow(2).mean(-1, keepdim=True).sqrt()
+    outliers = (by_window.abs() > threshold * token_rms).any(2).transpose(0, 1)  # [window, boundary, d]
+    kurt = torch.stack([kurtosis(layer).reshape(n_windows, -1).mean(-1) for layer in stream], dim=1)
+    return outliers, kurt  # [window, boundary, d_model], [window, boundary]
