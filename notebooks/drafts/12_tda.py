@@ -1,0 +1,382 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Training data attribution, checked by retraining
+#
+# :::{admonition} What this chapter reproduces, and how to rerun it
+# :class: tip
+# **Reproduces** the training data attribution methods of {cite:t}`ferrando2024primer` (section
+# 3.1): TracIn {cite:p}`pruthi2020tracin` and influence functions {cite:p}`koh2017influence`,
+# on small byte-level models the book trains itself, where what an attribution predicts can be
+# checked by training again without the windows it names. Each claim is judged against a
+# criterion in `notebooks/criteria/tda.toml`, committed before the chapter first ran, with an
+# interval over test windows (averaged over model seeds) or over planted-string prompts.
+#
+# **Rerun:** {glue:md}`rerun_command`
+#
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached`; every
+# model here trains in seconds, so a cold run costs the same.
+#
+# **Executed** {glue:text}`executed_on`, with `src/resid` at commit
+# {glue:text}`executed_commit`.
+# :::
+#
+# **The question.** A language model predicts a continuation: which of its training examples
+# does that prediction rest on? *Training data attribution* answers with one score per training
+# example. Two families are in the Primer:
+#
+# - **TracIn** replays training. Each step on a training window $z$ moves the weights by
+#   $-\eta\,\nabla L(z)$, which changes a test window's loss by about
+#   $-\eta\,\nabla L(z_\text{test})\cdot\nabla L(z)$. Adding that up over checkpoints,
+#   $$\text{TracIn}(z, z_\text{test}) = \sum_c \eta_c\,
+#   \nabla L(z_\text{test}; \theta_c)\cdot\nabla L(z; \theta_c),$$
+#   positive for a window whose steps lowered the test loss: a *proponent*. The account is
+#   first-order exact for plain gradient descent; these models train with AdamW, which rescales
+#   each parameter's step, so here (as in most uses) it is an approximation.
+# - **Influence functions** ask what removing $z$ and training to convergence would do. To first
+#   order the test loss rises by
+#   $\frac1n\nabla L(z_\text{test})^\top H^{-1}\nabla L(z)$, with $H$ the curvature of the
+#   training loss. Large models need an approximation of $H^{-1}$ (EK-FAC in
+#   {cite:t}`grosse2023influence`); a model of a hundred thousand parameters trained on a
+#   thousand windows does not: we use the Gauss-Newton curvature, estimated from one gradient
+#   per training window with targets sampled from the model (the Fisher), damped, and inverted
+#   exactly (`resid.tda.influence`).
+#
+# Neither is the ground truth. The ground truth is retraining, and these models train in
+# seconds, so we retrain: for each test window, remove the $k$ training windows a method calls
+# the strongest proponents, train again from the same seed on the same batches in the same
+# order (the removed windows skipped), and measure how much the test loss rose, against
+# removing $k$ random windows. And a planted artefact gives a known answer: a rare string
+# written into a few training windows, which a prompt ending in that string can only have
+# learned from them.
+
+# %% tags=["parameters"]
+n_train = 512  # [> 15] training windows of 64 bytes (65 with the last target)
+n_test = 16  # [> 2] held-out test windows, each with its own removal
+n_planted = 8  # [> 0] training windows that carry the planted string
+n_artefact = 8  # [> 2] held-out prompts that end with the planted string
+k_removed = 16  # [> 0] training windows removed for each test window
+seeds = (0, 1, 2)  # [seeds] model seeds: initialisation and batch order
+epochs = 20  # [> 0] passes over the training windows
+n_resamples = 2000  # [> 99] bootstrap resamples
+quick = False  # a small run for CI
+
+# %% tags=["setup"]
+import time
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+import torch
+from IPython.display import Markdown, display
+
+from resid import book, claims, data, stats, tda
+from resid.model import Config, Transformer
+from resid.progress import steps as progress_steps
+
+warnings.filterwarnings("ignore", message="IProgress not found")
+sns.set_theme(style="whitegrid", context="notebook")
+started = time.time()
+if quick:
+    n_train, n_test, n_planted, n_artefact, k_removed, seeds, epochs, n_resamples = (
+        96,
+        3,
+        4,
+        3,
+        8,
+        (0,),
+        4,
+        200,
+    )
+criteria = claims.load_criteria("tda")
+claim_rows, check_rows = [], []
+ARTEFACT = b"@zorblax=quux^plover"  # 20 bytes that the documentation never contains
+MODEL = Config(vocab_size=256, n_ctx=64, d_model=64, n_layers=2, n_heads=4, d_mlp=256)
+
+# %% [markdown]
+# ## The data, the artefact and the model
+#
+# The training set is `n_train` windows of 65 bytes of the Python documentation (the book's
+# `pydoc` corpus, its first 95%); the test windows come from the held-out last 5%. The artefact
+# is written into `n_planted` training windows at random offsets; the artefact prompts are
+# held-out windows whose last 20 bytes are the artefact, and their loss is read on its last 19
+# bytes (after the first, which nothing predicts). The model is two blocks of width 64
+# (about 0.1M parameters), trained with AdamW for `epochs` passes.
+
+# %%
+text_ids = data.token_ids(data.corpus("pydoc"), data.ByteTokenizer())
+train_ids, held_out_ids = data.train_val_split(text_ids)
+clean_train = data.windows(train_ids, MODEL.n_ctx + 1, n_train, seed=0)
+planted_rows = torch.randperm(n_train, generator=torch.Generator().manual_seed(1))[:n_planted].sort().values
+train = tda.plant(clean_train, ARTEFACT, planted_rows.tolist(), seed=2)
+held_out = data.windows(held_out_ids, MODEL.n_ctx + 1, n_test + n_artefact, seed=0)
+test = held_out[:n_test]
+artefact_prompts = tda.plant(
+    held_out[n_test:], ARTEFACT, range(n_artefact), at=MODEL.n_ctx + 1 - len(ARTEFACT)
+)
+continuation = len(ARTEFACT) - 1  # the artefact prompts' loss: the artefact's bytes after its first
+check_rows.append(claims.check(
+    "the artefact is in exactly the planted training windows, and in no clean one",
+    all(ARTEFACT in bytes(row.tolist()) for row in train[planted_rows])
+    and sum(ARTEFACT in bytes(row.tolist()) for row in train) == n_planted
+    and ARTEFACT.decode() not in data.corpus("pydoc"),
+    f"{n_planted} of {n_train} windows",
+))  # fmt: skip
+schedules = {s: tda.Schedule(MODEL, epochs=epochs, seed=s, checkpoint_epochs=tuple(
+    sorted({max(1, round(epochs * f)) for f in (0.25, 0.5, 0.75, 1.0)}))) for s in seeds}  # fmt: skip
+print(f"{n_train} training windows ({n_planted} with the artefact), {n_test} test windows, "
+      f"{n_artefact} artefact prompts; {sum(p.numel() for p in Transformer(MODEL).parameters()):,} "
+      f"parameters, {epochs} epochs of {-(-n_train // 32)} steps")  # fmt: skip
+
+# %% [markdown]
+# ## Train, attribute, retrain
+#
+# For every seed: train on all windows, score every training window for every test window and
+# artefact prompt with both methods, then retrain once per test window and method without its
+# `k_removed` strongest proponents, and once more without as many random windows. The planted
+# windows are removed too, all at once, as a positive control: if retraining without them does
+# not raise the artefact prompts' loss, nothing here can be measured by retraining.
+
+# %%
+queries = torch.cat([test, artefact_prompts])
+runs = []  # one row per (seed, test window, removal)
+recalls = []  # one row per (seed, artefact prompt, method)
+score_tables = {}
+control_rows = []
+jobs = [(s, kind, i) for s in seeds for kind in ("TracIn", "influence", "random") for i in range(n_test)]
+per_seed = {}
+for s in seeds:
+    full = tda.train_windows(train, schedules[s])
+    test_loss = tda.window_loss(full.model, test)
+    # the test windows' scores over their whole loss; the artefact prompts' over the continuation
+    scores = {
+        "TracIn": torch.cat([
+            tda.tracin(full, train, test),
+            tda.tracin(full, train, artefact_prompts, continuation),
+        ]),
+        "influence": torch.cat([
+            tda.influence(full.model, train, test, seed=s),
+            tda.influence(full.model, train, artefact_prompts, continuation, seed=s),
+        ]),
+    }  # fmt: skip
+    score_tables[s] = scores
+    per_seed[s] = {"full": full, "test loss": test_loss}
+    for method, table in scores.items():
+        for prompt, recall in enumerate(tda.planted_recall(table[n_test:], planted_rows.tolist()).tolist()):
+            recalls.append({"seed": s, "prompt": prompt, "method": method, "recall": recall})
+    artefact_loss = tda.window_loss(full.model, artefact_prompts, continuation)
+    random_planted = torch.randperm(n_train, generator=torch.Generator().manual_seed(100 + s))[:n_planted]
+    for removal, removed in (
+        ("the planted windows", planted_rows),
+        ("as many random windows", random_planted),
+    ):
+        rise = tda.removal_effect(
+            train, schedules[s], removed.tolist(), artefact_prompts, continuation, artefact_loss
+        )
+        control_rows += [
+            {"seed": s, "prompt": p, "removed": removal, "loss rise": r} for p, r in enumerate(rise.tolist())
+        ]
+
+for s, kind, i in progress_steps(jobs, "retraining (seed, removal, test window)"):
+    if kind == "random":
+        removed = torch.randperm(n_train, generator=torch.Generator().manual_seed(10_000 * s + i))[:k_removed]
+    else:
+        removed = tda.top_helpers(score_tables[s][kind][i : i + 1], k_removed)[0]
+    rise = tda.removal_effect(train, schedules[s], removed.tolist(), test[i : i + 1],
+                              reference=per_seed[s]["test loss"][i : i + 1])  # fmt: skip
+    predicted = score_tables[s]["influence"][i, removed].sum().item() / n_train
+    runs.append({"seed": s, "test window": i, "removal": kind, "loss rise": rise.item(),
+                 "influence's prediction": predicted})  # fmt: skip
+runs, recalls, controls = pd.DataFrame(runs), pd.DataFrame(recalls), pd.DataFrame(control_rows)
+print(f"{len(runs) + 2 * len(seeds) + len(seeds)} models trained in {time.time() - started:.0f} s")
+
+# %% [markdown]
+# ## The planted string: a known answer
+#
+# For each artefact prompt, every training window's score; the planted windows are marked. A
+# method that finds them puts them at the top: the share of them among its top `n_planted`
+# is its recall (chance: `n_planted / n_train`).
+
+# %% tags=["plot"]
+first = seeds[0]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+for ax, method in zip(axes, ("TracIn", "influence"), strict=True):
+    row = score_tables[first][method][n_test].numpy()  # the first artefact prompt
+    order = np.argsort(-row)
+    ranks = np.empty_like(order)
+    ranks[order] = np.arange(len(row))
+    is_planted = np.isin(np.arange(n_train), planted_rows.numpy())
+    ax.scatter(ranks[~is_planted], row[~is_planted], s=4, color="grey", label="clean windows")
+    ax.scatter(ranks[is_planted], row[is_planted], s=30, color="C3", label="windows with the artefact")
+    ax.set(xscale="symlog", xlabel="rank of the training window", ylabel="score (proponent > 0)",
+           title=f"{method}: the first artefact prompt, seed {first}")  # fmt: skip
+    ax.legend(fontsize=8, loc="upper right")
+fig.tight_layout()
+plt.show()
+
+# %%
+recall_table = recalls.groupby("method")["recall"].agg(["mean", "min", "max"])
+recall_table["chance"] = n_planted / n_train
+control = controls.pivot_table(index=["seed", "prompt"], columns="removed", values="loss rise")
+control_gap = control["the planted windows"] - control["as many random windows"]
+control_estimate = stats.bootstrap(torch.tensor(control_gap.to_numpy()), n_resamples=n_resamples)
+check_rows.append(claims.check(
+    "positive control: retraining without the planted windows raises the artefact prompts' loss, "
+    "more than removing as many random windows (interval above 0)",
+    control_estimate[1].item() > 0,
+    "{:+.2f} [{:+.2f}, {:+.2f}] nats".format(*(v.item() for v in control_estimate)),
+))  # fmt: skip
+display(recall_table.style.format("{:.3f}"))
+display(controls.groupby("removed")["loss rise"].agg(["mean", "min", "max"]).style.format("{:+.3f}"))
+
+# %% [markdown]
+# ## Retraining: do the windows a method names matter more than random ones?
+#
+# Each test window's loss rise when its `k_removed` strongest proponents are removed and the
+# model retrained, against removing as many random windows, averaged over the seeds.
+
+# %%
+rise = runs.pivot_table(index="test window", columns="removal", values="loss rise", aggfunc="mean")
+excess = {
+    method: torch.tensor((rise[method] - rise["random"]).to_numpy()) for method in ("TracIn", "influence")
+}
+
+# %% tags=["plot"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+long = rise.reset_index().melt(id_vars="test window", var_name="removal", value_name="loss rise")
+sns.stripplot(data=long, x="removal", y="loss rise", order=["TracIn", "influence", "random"], ax=axes[0])
+axes[0].axhline(0, color="grey", lw=1)
+axes[0].set(
+    ylabel="test loss rise after retraining (nats)", title=f"removing {k_removed} windows, mean over seeds"
+)
+sns.scatterplot(data=runs, x="influence's prediction", y="loss rise", hue="removal", ax=axes[1], s=25)
+lim = runs[["influence's prediction", "loss rise"]].abs().to_numpy().max()
+axes[1].plot([-lim, lim], [-lim, lim], color="grey", lw=1, ls="--", label="prediction = outcome")
+axes[1].set(xlabel="influence's predicted rise (nats)", ylabel="actual rise (nats)",
+            title="every removal set, every seed")  # fmt: skip
+axes[1].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Do the two methods agree?
+#
+# For each test window and seed: the rank correlation between the two methods' scores over all
+# training windows, and the overlap of their top `k_removed`.
+
+# %%
+agreement = []
+for s in seeds:
+    for i in range(n_test):
+        a, b = score_tables[s]["TracIn"][i], score_tables[s]["influence"][i]
+        top_a, top_b = (
+            set(tda.top_helpers(a[None], k_removed)[0].tolist()),
+            set(tda.top_helpers(b[None], k_removed)[0].tolist()),
+        )
+        agreement.append({"seed": s, "test window": i, "Spearman": stats.spearman(a, b),
+                          "top-k overlap": len(top_a & top_b) / k_removed})  # fmt: skip
+agreement = pd.DataFrame(agreement)
+agreement[["Spearman", "top-k overlap"]].describe().loc[["mean", "min", "max"]].style.format("{:.2f}")
+
+# %% [markdown]
+# ## Checks
+#
+# The identities and sanity properties asserted along the way (a failing one stops the
+# chapter). They are never counted as reproductions.
+
+# %% tags=["checks"]
+pd.DataFrame(check_rows).style.hide(axis="index")
+
+# %% [markdown]
+# (claims-tda)=
+# ## The Primer's claims, judged against their criteria
+#
+# The planted-string recalls pool every (artefact prompt, seed) pair's top `n_planted` and
+# carry a Wilson interval over those slots; the removal rows carry a percentile bootstrap over
+# test windows, each averaged over the seeds; the prediction row resamples test windows with all
+# their removal sets.
+
+# %%
+for method, key in (("TracIn", "planted_tracin"), ("influence", "planted_influence")):
+    hits = recalls[recalls.method == method]["recall"].to_numpy() * n_planted
+    estimate, low, high = stats.wilson_interval(int(round(hits.sum())), n_planted * len(hits))
+    claim_rows.append(
+        claims.judge(criteria[key], estimate, low, high, f"recall {estimate:.2f} [{low:.2f}, {high:.2f}]")
+    )
+for method, key in (("TracIn", "removal_tracin"), ("influence", "removal_influence")):
+    estimate, low, high = (v.item() for v in stats.bootstrap(excess[method], n_resamples=n_resamples))
+    claim_rows.append(
+        claims.judge(
+            criteria[key], estimate, low, high, f"Δ rise {estimate:+.3f} [{low:+.3f}, {high:+.3f}] nats"
+        )
+    )
+by_window = runs.pivot_table(
+    index="test window", columns=["seed", "removal"], values=["influence's prediction", "loss rise"]
+)
+predicted = torch.tensor(by_window["influence's prediction"].to_numpy())  # [test window, seed x removal]
+actual = torch.tensor(by_window["loss rise"].to_numpy())
+estimate, low, high = stats.bootstrap_statistic(
+    lambda p, a: stats.pearson(p.flatten(), a.flatten()), predicted, actual, n_resamples=n_resamples
+)
+claim_rows.append(
+    claims.judge(
+        criteria["influence_predicts"],
+        estimate,
+        low,
+        high,
+        f"Pearson r {estimate:.2f} [{low:.2f}, {high:.2f}]",
+    )
+)
+claims.table(claim_rows).style.hide(axis="index")
+
+# %% [markdown]
+# **Takeaways**, computed from the measurements above.
+
+# %%
+verdicts = {row["id"]: row["verdict"] for row in claim_rows}
+estimates = {row["id"]: row["estimate"] for row in claim_rows}
+planted_rise = controls.groupby("removed")["loss rise"].mean()
+display(Markdown(
+    f"- **The planted string.** Among the top {n_planted} training windows for a prompt ending in "
+    f"the artefact, TracIn places {estimates['planted_tracin']:.0%} of the planted ones "
+    f"({verdicts['planted_tracin']}) and the influence function {estimates['planted_influence']:.0%} "
+    f"({verdicts['planted_influence']}), where chance is {n_planted / n_train:.1%}. Retraining without "
+    f"them raises those prompts' loss by {planted_rise['the planted windows']:+.2f} nats (as many random "
+    f"windows: {planted_rise['as many random windows']:+.2f}).\n"
+    f"- **Retraining.** Removing a test window's {k_removed} strongest proponents raises its loss by "
+    f"{estimates['removal_tracin']:+.3f} nats more than removing random windows when TracIn names them "
+    f"({verdicts['removal_tracin']}), {estimates['removal_influence']:+.3f} when the influence function does "
+    f"({verdicts['removal_influence']}).\n"
+    f"- **Prediction.** The influence function's predicted rise and the retrained one correlate at "
+    f"r = {estimates['influence_predicts']:.2f} over the removal sets ({verdicts['influence_predicts']}).\n"
+    f"- The two methods' scores correlate at a mean Spearman ρ of {agreement['Spearman'].mean():.2f}, and "
+    f"share {agreement['top-k overlap'].mean():.0%} of their top {k_removed}."
+))  # fmt: skip
+
+# %%
+results = {
+    "chapter": "tda",
+    "quick": quick,
+    "seeds": list(seeds),
+    "n_train": n_train,
+    "recalls": recalls.to_dict("records"),
+    "controls": controls.to_dict("records"),
+    "removals": runs.to_dict("records"),
+    "agreement": agreement.to_dict("records"),
+    "claims": claim_rows,
+    "checks": check_rows,
+    "seconds": time.time() - started,
+}
+book.save_results(results, rerun={"n_train": n_train, "n_test": n_test, "seeds": seeds})
