@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from resid import book, exercises, plans, stats
+from resid import book, exercises, plans, stats, tda
 from resid.behaviours import ContrastSet
 from resid.circuits import Head, all_heads, head_means
 from resid.metrics import LogitDiff
@@ -783,3 +783,61 @@ def test_11_3():
 
     assert passes("11.3", anisotropy, prediction="no")
     assert not passes("11.3", with_own_window, prediction="no")
+
+
+def _loss_gradients(model, windows):
+    rows = []
+    for window in windows:
+        loss = torch.nn.functional.cross_entropy(model(window[None, :-1])[0], window[1:])
+        rows.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, list(model.parameters()))]))
+    return torch.stack(rows)
+
+
+def test_12_1():
+    def tracin_step(model, lr, train, test):
+        return lr * _loss_gradients(model, test) @ _loss_gradients(model, train).T
+
+    def without_lr(model, lr, train, test):
+        return _loss_gradients(model, test) @ _loss_gradients(model, train).T
+
+    assert passes("12.1", tracin_step)
+    assert not passes("12.1", without_lr)
+
+
+def test_12_2():
+    def damped_solve(rows, v, d):
+        n = rows.shape[0]
+        small = n * d * torch.eye(n, dtype=rows.dtype) + rows @ rows.T
+        return (v - rows.T @ torch.linalg.solve(small, rows @ v)) / d
+
+    def without_n(rows, v, d):  # J^T J + d I: the Fisher's 1/n forgotten
+        small = d * torch.eye(rows.shape[0], dtype=rows.dtype) + rows @ rows.T
+        return (v - rows.T @ torch.linalg.solve(small, rows @ v)) / d
+
+    assert passes("12.2", damped_solve)
+    assert not passes("12.2", without_n)
+
+
+def test_12_3():
+    schedule = tda.Schedule(Config(vocab_size=256, n_ctx=16, d_model=16, n_layers=1, n_heads=2, d_mlp=32),
+                            epochs=4, batch_size=8, lr=1e-2, checkpoint_epochs=(2, 4))  # fmt: skip
+    windows = torch.randint(97, 123, (24, 17), generator=torch.Generator().manual_seed(0))
+    train = tda.plant(windows, b"QZXJ-QZXJ-", [1, 5], seed=0)
+    prompts = tda.plant(windows[:2], b"QZXJ-QZXJ-", [0, 1], at=7)
+    trained = tda.train_windows(train, schedule)
+    context = {"trained": trained, "train": train, "prompts": prompts, "last": 9, "planted": [1, 5]}
+
+    def last_only(trained, train, prompts, last):
+        return tda.tracin(tda.Trained(trained.model, trained.checkpoints[-1:], []), train, prompts, last)
+
+    def every_checkpoint(trained, train, prompts, last):
+        return tda.tracin(trained, train, prompts, last)
+
+    assert passes("12.3", last_only, prediction="yes", **context)
+    assert not passes("12.3", every_checkpoint, prediction="yes", **context)
+
+
+def test_12_4():
+    rises = [0.01, 0.03, -0.02, 0.04]
+    assert passes("12.4", 0.015, random_rises=rises)
+    assert not passes("12.4", 0.0, random_rises=rises)

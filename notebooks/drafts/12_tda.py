@@ -82,7 +82,7 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, claims, data, stats, tda
+from resid import book, claims, data, exercises, stats, tda
 from resid.model import Config, Transformer
 from resid.progress import steps as progress_steps
 
@@ -203,6 +203,72 @@ runs, recalls, controls = pd.DataFrame(runs), pd.DataFrame(recalls), pd.DataFram
 print(f"{len(runs) + 2 * len(seeds) + len(seeds)} models trained in {time.time() - started:.0f} s")
 
 # %% [markdown]
+# ### Exercise 12.1: TracIn at one checkpoint, by hand
+#
+# *Coding · difficulty 1 of 3 · about 15 minutes*
+#
+# Write `tracin_step(model, lr, train, test)`: for every test window and training window (each
+# `[n, 65]` byte tokens), the learning rate times the dot product of the two windows' loss
+# gradients, every parameter flattened into one vector. A window's loss is its mean next-token
+# cross-entropy. Use `torch.autograd.grad` one window at a time; `resid.tda.gradients` is the
+# reference.
+
+
+# %% tags=["starter"]
+def tracin_step(model: Transformer, lr: float, train: torch.Tensor, test: torch.Tensor) -> torch.Tensor:
+    """[test, train]: lr x (gradient of the test window's loss) . (gradient of the training window's)."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("12.1", tracin_step)
+
+
+# %% tags=["hide-cell", "solution"]
+def tracin_step(model: Transformer, lr: float, train: torch.Tensor, test: torch.Tensor) -> torch.Tensor:
+    def flat_gradients(windows: torch.Tensor) -> torch.Tensor:
+        rows = []
+        for window in windows:
+            loss = torch.nn.functional.cross_entropy(model(window[None, :-1])[0], window[1:])
+            rows.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, list(model.parameters()))]))
+        return torch.stack(rows)  # [n, n_parameters]
+
+    return lr * flat_gradients(test) @ flat_gradients(train).T
+
+
+assert exercises.check("12.1", tracin_step)
+
+# %% [markdown]
+# ### Exercise 12.2: the damped inverse without the big matrix
+#
+# *Coding · difficulty 2 of 3 · about 15 minutes*
+#
+# The influence function needs $(F + dI)^{-1} g$ with $F = J^\top J / n$, where $J$ holds one
+# gradient per training window ($n \times P$, here $P \approx 10^5$): a $P \times P$ matrix is
+# out of reach, an $n \times n$ one is not. Show that
+# $(J^\top J/n + dI)^{-1} v = \big(v - J^\top (ndI + JJ^\top)^{-1} J v\big)/d$ (multiply both
+# sides by $J^\top J/n + dI$) and write `damped_solve(J, v, d)` with one `torch.linalg.solve`
+# of size $n$.
+
+
+# %% tags=["starter"]
+def damped_solve(rows: torch.Tensor, v: torch.Tensor, d: float) -> torch.Tensor:
+    """(J^T J / n + d I)^-1 v for J = rows ([n, P]) and v ([P]), without a P x P matrix."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("12.2", damped_solve)
+
+
+# %% tags=["hide-cell", "solution"]
+def damped_solve(rows: torch.Tensor, v: torch.Tensor, d: float) -> torch.Tensor:
+    n = rows.shape[0]
+    small = n * d * torch.eye(n, dtype=rows.dtype) + rows @ rows.T  # [n, n]
+    return (v - rows.T @ torch.linalg.solve(small, rows @ v)) / d
+
+
+assert exercises.check("12.2", damped_solve)
+
+# %% [markdown]
 # ## The planted string: a known answer
 #
 # For each artefact prompt, every training window's score; the planted windows are marked. A
@@ -242,6 +308,55 @@ display(recall_table.style.format("{:.3f}"))
 display(controls.groupby("removed")["loss rise"].agg(["mean", "min", "max"]).style.format("{:+.3f}"))
 
 # %% [markdown]
+# ### Exercise 12.3: one checkpoint or four
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 20 minutes*
+#
+# TracIn above adds up four checkpoints. **Predict** first: with the last checkpoint alone,
+# does it still put every planted window in its top 8 for every artefact prompt? Then write
+# `last_checkpoint_tracin(trained, train, prompts, last)`, TracIn's scores from the final
+# checkpoint only (`trained.checkpoints` holds `(state dict, learning rate)` pairs; a
+# `resid.tda.Trained` can be built with fewer), for the seed-0 model.
+
+# %% tags=["starter"]
+exercises.predict("12.3", ...)  # "yes" or "no"
+
+
+def last_checkpoint_tracin(
+    trained: tda.Trained, train: torch.Tensor, prompts: torch.Tensor, last: int
+) -> torch.Tensor:
+    """[prompt, train] TracIn scores from the last checkpoint alone (each prompt's loss over its
+    last `last` bytes)."""
+    raise NotImplementedError  # your code here
+
+
+context = {"trained": per_seed[first]["full"], "train": train, "prompts": artefact_prompts,
+           "last": continuation, "planted": planted_rows.tolist()}  # fmt: skip
+exercises.check("12.3", last_checkpoint_tracin, **context)
+
+
+# %% tags=["hide-cell", "solution"]
+def last_checkpoint_tracin(
+    trained: tda.Trained, train: torch.Tensor, prompts: torch.Tensor, last: int
+) -> torch.Tensor:
+    only_last = tda.Trained(trained.model, trained.checkpoints[-1:], trained.losses)
+    return tda.tracin(only_last, train, prompts, last)
+
+
+# A guess before looking: the string is memorised by the end, so its gradients at the end still
+# point at the windows that taught it.
+exercises.predict("12.3", "yes")
+context = {"trained": per_seed[first]["full"], "train": train, "prompts": artefact_prompts,
+           "last": continuation, "planted": planted_rows.tolist()}  # fmt: skip
+one_checkpoint = tda.planted_recall(
+    last_checkpoint_tracin(per_seed[first]["full"], train, artefact_prompts, continuation),
+    planted_rows.tolist(),
+)
+print(f"recall with the last checkpoint alone: {one_checkpoint.mean():.2f} (all four: "
+      f"{recalls[(recalls.method == 'TracIn') & (recalls.seed == first)]['recall'].mean():.2f})")  # fmt: skip
+assert exercises.check("12.3", last_checkpoint_tracin, **context)
+
+# %% [markdown]
 # ## Retraining: do the windows a method names matter more than random ones?
 #
 # Each test window's loss rise when its `k_removed` strongest proponents are removed and the
@@ -269,6 +384,26 @@ axes[1].set(xlabel="influence's predicted rise (nats)", ylabel="actual rise (nat
 axes[1].legend(fontsize=8)
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ### Exercise 12.4: what random removal costs
+#
+# *Prediction · difficulty 1 of 3 · about 10 minutes*
+#
+# Every removal above is compared with removing as many random windows. **Predict** the mean,
+# over test windows and seeds, of a test window's loss rise when 16 random windows are removed
+# (in nats; zero is a possible answer). Then compute it from `runs` and check it.
+
+# %% tags=["starter"]
+exercises.predict("12.4", ...)  # a number, in nats
+mean_rise = ...  # from runs: the removals of kind "random"
+exercises.check("12.4", mean_rise, random_rises=runs[runs.removal == "random"]["loss rise"].tolist())
+
+# %% tags=["hide-cell", "solution"]
+# A guess before looking: 16 of 512 windows is 3% of the data, so a small rise, a few hundredths.
+exercises.predict("12.4", 0.02)
+mean_rise = runs[runs.removal == "random"]["loss rise"].mean()
+assert exercises.check("12.4", mean_rise, random_rises=runs[runs.removal == "random"]["loss rise"].tolist())
 
 # %% [markdown]
 # ## Do the two methods agree?

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from resid import attribution, circuits, das, hooks, lrp, neurons, plans, stats
+from resid import attribution, circuits, das, hooks, lrp, neurons, plans, stats, tda
 from resid.cache import act_name
 from resid.model import Config, Norm, Transformer, rotate_residual
 from resid.optim import RotatedAdamW
@@ -1206,3 +1206,70 @@ def _cross_window_cosine(cross_window_cosine: Callable[[Tensor], float]):
         unit = torch.nn.functional.normalize(vectors, dim=-1)
         _close(float(cross_window_cosine(unit)), stats.cross_window_cosine(unit), f"the anisotropy of {what}")
     return "the mean cosine over pairs from different windows, pairs within a window left out.", "no"
+
+
+# --- 12 training data attribution ---------------------------------------------------------------
+
+
+def _tiny_trained(seed: int = 0):
+    """A tiny model with one checkpoint (its initial weights) and windows to score."""
+    torch.manual_seed(seed)
+    model = Transformer(Config(vocab_size=256, n_ctx=8, d_model=8, n_layers=1, n_heads=2, d_mlp=16))
+    windows = torch.randint(97, 123, (7, 9), generator=_generator(seed))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    return tda.Trained(model, [(state, 0.05)], []), windows[:5], windows[5:]
+
+
+@exercise("12.1", "TracIn at one checkpoint, by hand", "code", 1, 15)
+def _tracin_step(tracin_step: Callable[[Transformer, float, Tensor, Tensor], Tensor]):
+    trained, train, test = _tiny_trained()
+    reference = tda.tracin(trained, train, test)
+    mine = tracin_step(trained.model, 0.05, train, test)
+    _close(mine, reference, "TracIn's scores [test, train]", rtol=1e-3, atol=1e-6)
+    return "the learning rate times the dot product of the two windows' loss gradients.", None
+
+
+@exercise("12.2", "the damped inverse without the big matrix", "code", 2, 15)
+def _damped_solve(damped_solve: Callable[[Tensor, Tensor, float], Tensor]):
+    g = _generator(3)
+    for n, p in ((4, 30), (9, 12)):  # fewer rows than parameters, and nearly as many
+        rows = torch.randn(n, p, generator=g, dtype=torch.float64)
+        v = torch.randn(p, generator=g, dtype=torch.float64)
+        reference = torch.linalg.solve(rows.T @ rows / n + 0.1 * torch.eye(p, dtype=torch.float64), v)
+        _close(
+            damped_solve(rows, v, 0.1), reference, f"(J^T J / n + d I)^-1 v for J of shape {n}x{p}", atol=1e-8
+        )
+    return "an n x n solve instead of a P x P one: the same vector.", None
+
+
+@exercise(
+    "12.3",
+    "one checkpoint or four",
+    "code + predict",
+    2,
+    20,
+    predicts="whether TracIn with the last checkpoint alone still puts every planted window in its top 8 "
+    'for every artefact prompt ("yes"/"no")',
+)
+def _last_checkpoint(last_checkpoint_tracin: Callable, *, trained, train: Tensor, prompts: Tensor, last: int,
+                     planted: list[int]):  # fmt: skip
+    only_last = tda.Trained(trained.model, trained.checkpoints[-1:], trained.losses)
+    reference = tda.tracin(only_last, train, prompts, last)
+    _close(last_checkpoint_tracin(trained, train, prompts, last), reference, "the one-checkpoint scores",
+           rtol=1e-3, atol=1e-6)  # fmt: skip
+    all_found = bool((tda.planted_recall(reference, planted) == 1).all())
+    return "the final checkpoint's gradients alone.", "yes" if all_found else "no"
+
+
+@exercise(
+    "12.4",
+    "what random removal costs",
+    "predict",
+    1,
+    10,
+    predicts="the mean test loss rise, in nats, when 16 random training windows are removed",
+)
+def _random_rise(mean_rise: float, *, random_rises: list[float]):
+    reference = float(np.mean(random_rises))
+    _close(float(mean_rise), reference, "the mean rise over the random removals", atol=1e-6)
+    return "retraining without any windows moves every later batch, so the loss moves too.", reference
