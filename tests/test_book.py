@@ -550,3 +550,23 @@ def test_the_adam_drafts_defaults_are_the_design_committed_with_its_criteria():
     assert len({cfg.key() for *_, cfg in jobs}) == 77  # 60 on the grid, 5 SGD, 12 widths (d 256 shared)
     criteria = claims.load_criteria("adam", ROOT / "notebooks" / "drafts" / "criteria")
     assert {f"adamw_privileged_{r}" for r in ("5e3", "1e2", "2e2")} <= set(criteria)
+
+
+def test_the_replication_queue_trains_the_three_norms_on_seeds_no_chapter_used(capsys, tmp_path, monkeypatch):
+    from resid import experiments, records
+
+    jobs = experiments.replication_design()
+    assert {(name, seed) for _, name, _, seed, _ in jobs} == {
+        (name, seed) for name in ("layernorm", "basisfree", "rmsnorm") for seed in range(201, 206)
+    }
+    used = {cfg.key() for *_, cfg in experiments.adam_design()} | {
+        experiments.variant(name, seed).key()
+        for name in ("layernorm", "basisfree", "rmsnorm")
+        for seed in range(6)
+    }
+    assert not used & {cfg.key() for *_, cfg in jobs}
+    monkeypatch.setenv(records.ENV, str(tmp_path))  # an empty records folder: every run is missing
+    monkeypatch.setattr("resid.train.estimated_seconds", lambda cfg: 600.0)
+    experiments.main(["queue", "replication", "--estimate"])
+    out = capsys.readouterr().out
+    assert "replication: 15 runs, 15 without a record" in out and "2.5 h" in out

@@ -47,6 +47,9 @@ SESSIONS = [
     ("The catalogue", ["catalogue"],
      "head and neuron kinds on two pretrained models: choosing on one split and measuring on another; "
      "chance levels; OV eigenvalues, memory management, anisotropy and the frequency bias"),
+    ("Training data attribution", ["tda"],
+     "TracIn and influence functions on a model small enough to retrain: a planted answer, removal "
+     "checked by retraining against a random control, and what a first-order prediction is worth"),
 ]  # fmt: skip
 
 PREREQUISITES = {
@@ -61,6 +64,7 @@ PREREQUISITES = {
     "painters": "outliers",
     "ioi": "attribution, patching and heads",
     "catalogue": "heads",
+    "tda": "attribution; training a small model (kurtosis); autograd",
 }
 
 WORDS_PER_MINUTE = 200  # reading technical prose, equations and tables included

@@ -284,14 +284,27 @@ def quick_config(cfg: TrainConfig) -> TrainConfig:
     )
 
 
-QUEUES = {"adam": adam_design}
+# The confirmatory round of the Kurtosis and RMSNorm chapters (criteria in
+# notebooks/drafts/criteria/{kurtosis,rmsnorm}.toml, committed before any of these runs): the
+# regime's three norms on seeds no run of the book had used.
+REPLICATION_SEEDS = (201, 202, 203, 204, 205)
+
+
+def replication_design(base: TrainConfig = REGIME) -> list[tuple[str, str, float, int, TrainConfig]]:
+    """Every run of the replication, as ``(part, variant, setting, seed, config)`` like
+    ``adam_design``'s rows (setting: the learning rate)."""
+    return [("replication", name, base.lr, s, variant(name, s, base))
+            for name in ("layernorm", "basisfree", "rmsnorm") for s in REPLICATION_SEEDS]  # fmt: skip
+
+
+QUEUES = {"adam": adam_design, "replication": replication_design}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m resid.experiments queue adam [--workers N] [--estimate]``: train a chapter's
-    runs ahead of executing it, N at a time, their records written into ``book/runs`` (or
-    ``$RESID_RECORDS``); ``--estimate`` only says how many are missing and what they would take
-    here. On a GPU machine the workers share the GPU."""
+    """``python -m resid.experiments queue adam|replication [--workers N] [--estimate]``: train a
+    design's runs ahead of executing the chapter that reads them, N at a time, their records
+    written into ``book/runs`` (or ``$RESID_RECORDS``); ``--estimate`` only says how many are
+    missing and what they would take here. On a GPU machine the workers share the GPU."""
     import argparse
     import os
 
