@@ -61,14 +61,16 @@
 # learned from them.
 
 # %% tags=["parameters"]
+model_name = "tda-byte"  # [one of tda-byte] the chapter trains its own models (resid.tda)
 n_train = 512  # [> 15] training windows of 64 bytes (65 with the last target)
 n_test = 16  # [> 2] held-out test windows, each with its own removal
 n_planted = 8  # [> 0] training windows that carry the planted string
 n_artefact = 8  # [> 2] held-out prompts that end with the planted string
 k_removed = 16  # [> 0] training windows removed for each test window
-seeds = (0, 1, 2)  # [seeds] model seeds: initialisation and batch order
+seeds = (0, 1, 2)  # [non-empty, min 0] model seeds: initialisation and batch order
 epochs = 20  # [> 0] passes over the training windows
 n_resamples = 2000  # [> 99] bootstrap resamples
+seed = 0  # [min 0] which windows are read, and which carry the artefact
 quick = False  # a small run for CI
 
 # %% tags=["setup"]
@@ -118,10 +120,11 @@ MODEL = Config(vocab_size=256, n_ctx=64, d_model=64, n_layers=2, n_heads=4, d_ml
 # %%
 text_ids = data.token_ids(data.corpus("pydoc"), data.ByteTokenizer())
 train_ids, held_out_ids = data.train_val_split(text_ids)
-clean_train = data.windows(train_ids, MODEL.n_ctx + 1, n_train, seed=0)
-planted_rows = torch.randperm(n_train, generator=torch.Generator().manual_seed(1))[:n_planted].sort().values
-train = tda.plant(clean_train, ARTEFACT, planted_rows.tolist(), seed=2)
-held_out = data.windows(held_out_ids, MODEL.n_ctx + 1, n_test + n_artefact, seed=0)
+clean_train = data.windows(train_ids, MODEL.n_ctx + 1, n_train, seed=seed)
+planted_order = torch.randperm(n_train, generator=torch.Generator().manual_seed(seed + 1))
+planted_rows = planted_order[:n_planted].sort().values
+train = tda.plant(clean_train, ARTEFACT, planted_rows.tolist(), seed=seed + 2)
+held_out = data.windows(held_out_ids, MODEL.n_ctx + 1, n_test + n_artefact, seed=seed)
 test = held_out[:n_test]
 artefact_prompts = tda.plant(
     held_out[n_test:], ARTEFACT, range(n_artefact), at=MODEL.n_ctx + 1 - len(ARTEFACT)
@@ -523,4 +526,4 @@ results = {
     "checks": check_rows,
     "seconds": time.time() - started,
 }
-book.save_results(results, rerun={"n_train": n_train, "n_test": n_test, "seeds": seeds})
+book.save_results(results, rerun={"n_train": n_train, "n_test": n_test, "seeds": seeds, "seed": seed})
