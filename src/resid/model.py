@@ -550,14 +550,19 @@ class Transformer(nn.Module):
             rope = (self.rope_cos[:n_positions].to(dtype), self.rope_sin[:n_positions].to(dtype))
         return rope, mask
 
-    def to_logits(self, x: Tensor) -> Tensor:
-        """Final norm and unembedding (for an encoder without an LM head: the final residual)."""
+    def to_logits(self, x: Tensor, vocabulary: Tensor | None = None) -> Tensor:
+        """Final norm and unembedding (for an encoder without an LM head: the final residual);
+        with ``vocabulary`` (token ids) only those tokens' logits, ``[..., len(vocabulary)]``."""
         if self.ln_final is not None:
             x = self.ln_final(x)
         x = read(x, self.R_unembed)
         if self.unembed is None:
             return x
-        logits = self.unembed(x)
+        if vocabulary is None:
+            logits = self.unembed(x)
+        else:
+            bias = None if self.unembed.bias is None else self.unembed.bias[vocabulary]
+            logits = F.linear(x, self.unembed.weight[vocabulary], bias)
         if self.cfg.final_softcap:
             logits = self.cfg.final_softcap * torch.tanh(logits / self.cfg.final_softcap)
         return logits
