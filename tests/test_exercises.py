@@ -841,3 +841,51 @@ def test_12_4():
     rises = [0.01, 0.03, -0.02, 0.04]
     assert passes("12.4", 0.015, random_rises=rises)
     assert not passes("12.4", 0.0, random_rises=rises)
+
+
+def test_13_1():
+    def kl_from_final(final, lens):
+        p, q = final.log_softmax(-1), lens.log_softmax(-1)
+        return (p.exp() * (p - q)).sum(-1)
+
+    def reversed_kl(final, lens):  # KL(lens || final): the lens's mass weighs the ratio
+        p, q = final.log_softmax(-1), lens.log_softmax(-1)
+        return (q.exp() * (q - p)).sum(-1)
+
+    assert passes("13.1", kl_from_final)
+    assert not passes("13.1", reversed_kl)
+
+
+def test_13_2():
+    def fit_translator(h, final):
+        inputs = torch.cat([h, torch.ones(len(h), 1)], 1).double()
+        solution = torch.linalg.lstsq(inputs, (final - h).double()).solution
+        return solution[:-1].float(), solution[-1].float()
+
+    def without_the_residual(h, final):  # regresses final on h: A is off by the identity
+        inputs = torch.cat([h, torch.ones(len(h), 1)], 1).double()
+        solution = torch.linalg.lstsq(inputs, final.double()).solution
+        return solution[:-1].float(), solution[-1].float()
+
+    assert passes("13.2", fit_translator)
+    assert not passes("13.2", without_the_residual)
+
+
+def test_13_3():
+    top1 = torch.tensor([[0, 1, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+
+    def first_decoding(table):
+        stays = table.flip(0).int().cumprod(0).flip(0).bool()
+        return torch.where(stays.any(0), table.shape[0] - stays.sum(0), table.shape[0])
+
+    def first_top1(table):  # the first boundary where it is on top, even if it drops out again
+        return table.int().argmax(0)
+
+    assert passes("13.3", first_decoding, prediction=0.5, top1=top1)
+    assert not passes("13.3", first_top1, prediction=0.5, top1=top1)
+
+
+def test_13_4():
+    logit_kl = torch.tensor([[9.0, 8.0], [3.0, 4.0], [0.0, 0.0]])
+    assert passes("13.4", 0, prediction=0, logit_kl=logit_kl)
+    assert not passes("13.4", 2, prediction=0, logit_kl=logit_kl)

@@ -50,6 +50,9 @@ SESSIONS = [
     ("Training data attribution", ["tda"],
      "TracIn and influence functions on a model small enough to retrain: a planted answer, removal "
      "checked by retraining against a random control, and what a first-order prediction is worth"),
+    ("Lenses", ["lenses"],
+     "the logit lens and the tuned lens: training a translator per layer, KL to the output on held-out "
+     "text, and when an answer decodes once the lens is not the model itself"),
 ]  # fmt: skip
 
 PREREQUISITES = {
@@ -65,6 +68,7 @@ PREREQUISITES = {
     "ioi": "attribution, patching and heads",
     "catalogue": "heads",
     "tda": "attribution; training a small model (kurtosis); autograd",
+    "lenses": "attribution (the logit lens, exercise 6.5); least squares; the KL divergence",
 }
 
 WORDS_PER_MINUTE = 200  # reading technical prose, equations and tables included

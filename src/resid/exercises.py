@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from resid import attribution, circuits, das, hooks, lrp, neurons, plans, stats, tda
+from resid import attribution, circuits, das, hooks, lenses, lrp, neurons, plans, stats, tda
 from resid.cache import act_name
 from resid.model import Config, Norm, Transformer, rotate_residual
 from resid.optim import RotatedAdamW
@@ -1273,3 +1273,67 @@ def _random_rise(mean_rise: float, *, random_rises: list[float]):
     reference = float(np.mean(random_rises))
     _close(float(mean_rise), reference, "the mean rise over the random removals", atol=1e-6)
     return "retraining without any windows moves every later batch, so the loss moves too.", reference
+
+
+# --- 13 lenses ---
+
+
+@exercise("13.1", "the KL a lens is judged by", "code", 1, 10)
+def _kl_from_final(kl_from_final: Callable[[Tensor, Tensor], Tensor]):
+    g = _generator(13)
+    final, lens = 3 * torch.randn(6, 50, generator=g), 3 * torch.randn(6, 50, generator=g)
+    _close(
+        kl_from_final(final, lens), lenses.kl_terms(final, lens), "KL(final || lens) per position", atol=1e-5
+    )
+    return "the final distribution weighs the log-ratio: a lens is penalised where the model puts mass.", None
+
+
+@exercise("13.2", "a translator by least squares", "code", 2, 15)
+def _fit_translator(fit_translator: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]):
+    g = _generator(14)
+    h = torch.randn(300, 6, generator=g)
+    final = (
+        h @ torch.randn(6, 6, generator=g)
+        + torch.randn(6, generator=g)
+        + 0.1 * torch.randn(300, 6, generator=g)
+    )
+    reference = lenses.least_squares_start(torch.stack([h, final]))
+    weight, bias = fit_translator(h, final)
+    _close(weight, reference.weight[0], "A (applied as h @ A, with h + h @ A + b the translation)", atol=1e-4)
+    _close(bias, reference.bias[0], "b", atol=1e-4)
+    return "the residual connection stays: the translator learns only what the later blocks add.", None
+
+
+@exercise(
+    "13.3",
+    "where the answer stays on top",
+    "code + predict",
+    2,
+    15,
+    predicts="the share of the capital prompts that the tuned lens decodes before the last block (0 to 1)",
+)
+def _first_decoding(first_decoding: Callable[[Tensor], Tensor], *, top1: Tensor):
+    g = _generator(15)
+    for table in (torch.rand(7, 20, generator=g) < 0.7, torch.rand(5, 9, generator=g) < 0.3, top1):
+        _close(
+            first_decoding(table).double(),
+            lenses.first_decoding(table).double(),
+            "the first decoding boundaries",
+        )
+    share = (lenses.first_decoding(top1) < top1.shape[0] - 1).double().mean().item()
+    return "top-1 at that boundary and at every one after it.", round(share, 3)
+
+
+@exercise(
+    "13.4",
+    "where the logit lens is farthest off",
+    "predict",
+    1,
+    10,
+    predicts="the boundary at which the logit lens's mean KL to SmolLM2's output is largest",
+)
+def _farthest(boundary: int, *, logit_kl: Tensor):
+    reference = int(logit_kl.mean(1).argmax())
+    if int(boundary) != reference:
+        raise Wrong(f"boundary {int(boundary)} is not where the mean over windows of logit_kl is largest")
+    return "the boundary where the mean over windows of the logit lens's KL peaks.", reference

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from . import progress, records
 from .loaders import cache_dir
 from .model import Transformer
-from .provenance import machine
+from .provenance import machine, record_build
 
 
 class TunedLens(nn.Module):
@@ -114,9 +114,12 @@ def train_tuned_lens(
     model.requires_grad_(False)
     with torch.no_grad():
         stream = model.residual_stream(tokens)  # [n_layers + 1, n_tokens, d_model]
-        final_logits = model.to_logits(stream[-1])
-        vocabulary = final_logits.topk(fit.top_k, -1).indices.unique()  # [n_kept]
-        del final_logits
+        vocabulary = torch.cat(
+            [  # in chunks: all positions' logits at once would not fit (Gemma: 17 GB)
+                model.to_logits(chunk).topk(fit.top_k, -1).indices.unique()
+                for chunk in stream[-1].split(1024)
+            ]
+        ).unique()  # [n_kept]
     lens = least_squares_start(stream)
 
     def restricted_logits(h: Tensor) -> Tensor:  # [positions, n_kept]
@@ -137,7 +140,7 @@ def train_tuned_lens(
             optimizer.zero_grad()
             per_boundary.sum().backward()
             optimizer.step()
-            history.append({"step": step, "kl": per_boundary.mean().item()})
+            history.append({"step": step, "kl": per_boundary.mean().item(), "vocabulary": len(vocabulary)})
             shown.update()
     lens.requires_grad_(False)
     return lens, history
@@ -155,7 +158,9 @@ def tuned_lens(
         lens = TunedLens(model.cfg.d_model, model.cfg.n_layers)
         lens.load_state_dict(saved["state"])
         lens.requires_grad_(False)
-        return lens, json.loads(saved["record"])
+        record = json.loads(saved["record"])
+        record_build(f"tuned lens {fit.key()}", record["seconds"], built_now=False)
+        return lens, record
     if list(tokens.shape) != [fit.n_windows, fit.length]:
         raise ValueError(
             f"tokens are {list(tokens.shape)}: the fit reads {fit.n_windows} windows of {fit.length}"
@@ -167,6 +172,7 @@ def tuned_lens(
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state": lens.state_dict(), "record": json.dumps(record)}, path)
     records.write(record)
+    record_build(f"tuned lens {fit.key()}", record["seconds"], built_now=True)
     return lens, record
 
 
