@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from .model import Config, Transformer, next_token_loss
+from .train import window_losses
 
 
 @dataclass(frozen=True)
@@ -92,13 +93,11 @@ def train_windows(windows: Tensor, schedule: Schedule, removed: Iterable[int] = 
     return Trained(model, checkpoints, losses)
 
 
+@torch.no_grad()
 def window_loss(model: Transformer, windows: Tensor, last: int | None = None) -> Tensor:
     """Each window's mean next-token loss in nats (``[n]``), over its last ``last`` predictions
-    only when given (say, the continuation of a prompt)."""
-    with torch.no_grad():
-        logits = model(windows[:, :-1])  # [n, pos, vocab]
-    per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
-    return per_token[:, -(last or per_token.shape[1]) :].mean(-1)
+    only when given: ``resid.train.window_losses`` without the graph."""
+    return window_losses(model, windows, last)
 
 
 def gradients(

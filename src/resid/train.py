@@ -282,11 +282,12 @@ def held_out_windows(ids: torch.Tensor, n_ctx: int) -> torch.Tensor:
     return ids[: n * n_ctx + 1].unfold(0, n_ctx + 1, n_ctx)
 
 
-def window_losses(model: Transformer, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean next-token loss of each sequence, in nats (``[batch]``)."""
+def window_losses(model: Transformer, tokens: torch.Tensor, last: int | None = None) -> torch.Tensor:
+    """Mean next-token loss of each sequence, in nats (``[batch]``), over its last ``last``
+    predictions only when given (say, the continuation of a prompt)."""
     logits = model(tokens[:, :-1])  # [batch, pos, vocab]
     per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
-    return per_token.mean(-1)
+    return per_token[:, -(last or per_token.shape[1]) :].mean(-1)
 
 
 def batch_of(ids: torch.Tensor, cfg: TrainConfig, seed: int) -> torch.Tensor:
