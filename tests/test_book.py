@@ -519,6 +519,13 @@ def test_status_says_whether_re_executing_reads_records_or_which_runs_it_trains(
     assert needed.startswith("re-executing trains 1 of its 3 runs (≈ 30 min") and "cccc000011112222" in needed
     assert "recorded from its next execution" in book.training_needed({})
     assert book.training_needed({"training_runs": {}}) == "it trains nothing"
+    # a tuned lens's record keeps no weights: it counts as kept only where the cache has them
+    (tmp_path / "runs" / "lens-dddd000011112222.json").write_text("{}")
+    lens = {"lens-dddd000011112222": 330.0}
+    assert book.training_needed({"training_runs": lens}).startswith("re-executing trains 1 of its 1 runs")
+    (tmp_path / "cache" / "lenses").mkdir()
+    (tmp_path / "cache" / "lenses" / "lens-dddd000011112222.pt").write_text("")
+    assert "training nothing" in book.training_needed({"training_runs": lens})
 
 
 def test_registration_is_read_from_the_history():

@@ -72,9 +72,9 @@ def rerun_times(wall_seconds: float) -> dict:
         "built_on": dict(Counter(a.get("device", "cpu") for a in artefacts.values())),
         # which runs the chapter read, and what training each took (or would take here)
         "training_runs": {
-            name.removeprefix("training run "): a["seconds"]
+            name.removeprefix("training run ").removeprefix("tuned lens "): a["seconds"]
             for name, a in artefacts.items()
-            if name.startswith("training run ")
+            if name.startswith(("training run ", "tuned lens "))
         },  # fmt: skip
     }
 
