@@ -244,13 +244,13 @@ assert exercises.check("13.4", farthest, logit_kl=kl[model_name, "logit lens"])
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for ax, name in zip(axes, models, strict=True):
     for lens_name, color in (("logit lens", "C0"), ("tuned lens", "C1")):
-        values = kl[name, lens_name][:-1]  # the last boundary is the model itself: KL 0, off a log axis
+        values = kl[name, lens_name]
         mean, low, high = stats.bootstrap(values.T, n_resamples=n_resamples)
         ax.plot(range(len(mean)), mean, marker=".", color=color, label=lens_name)
         ax.fill_between(range(len(mean)), low, high, color=color, alpha=0.25)
-    ax.set(yscale="log", xlabel="layer boundary (the last one, KL 0, left out)",
-           ylabel="KL to the output (nats)", title=f"{name}: 95% intervals over windows")  # fmt: skip
-    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    ax.set(
+        yscale="log", xlabel="layer boundary (0 = embedding)", ylabel="KL to the output (nats)", title=name
+    )
     ax.legend()
 plt.tight_layout()
 plt.show()
