@@ -167,7 +167,7 @@ def tuned_lens(
         )
     started = time.time()
     lens, history = train_tuned_lens(model, tokens, fit, show_progress)
-    config = {**asdict(fit), "steps": fit.steps}
+    config = asdict(fit)  # holds "steps", which a run record requires
     record = records.new(fit.key(), config, history, time.time() - started, "cpu", machine())
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state": lens.state_dict(), "record": json.dumps(record)}, path)
