@@ -106,6 +106,12 @@ def load_criteria(chapter: str, folder: Path | None = None) -> dict[str, Criteri
     return {key: Criterion(id=key, **fields) for key, fields in table.items()}
 
 
+def interval_text(estimate: float, low: float, high: float, what: str = "", fmt: str = ".3g") -> str:
+    """``"what 1.23 [0.98, 1.5]"``: an estimate with its interval, as every table writes it."""
+    text = f"{estimate:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
+    return f"{what} {text}" if what else text
+
+
 def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: str = "") -> ClaimRow:
     """A claim row: the criterion, the estimate with its interval, and the verdict. An interval
     that could not be measured (NaN: say, a run that never reached the loss it is read at) is
@@ -120,7 +126,7 @@ def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: 
         id=criterion.id,
         claim=criterion.claim,
         paper=criterion.source,
-        ours=ours or f"{estimate:.3g} [{low:.3g}, {high:.3g}]",
+        ours=ours or interval_text(estimate, low, high),
         criterion=criterion.describe(),
         estimate=estimate,
         interval=[low, high],
