@@ -374,6 +374,21 @@ def test_role_evidence_reads_the_marked_positions(model):
     assert nothing.change.abs().max() < 1e-9
 
 
+def test_ioi_roles_follow_the_definitions_on_hand_made_evidence():
+    evidence = pd.DataFrame({
+        "end→IO":      [0.6, 0.6, 0.1, 0.6, 0.35, 0.6],
+        "end→S1":      [0.1, 0.1, 0.1, 0.1, 0.3, 0.1],
+        "end→S2":      [0.1, 0.1, 0.7, 0.1, 0.1, 0.1],
+        "copying":     [0.9, 0.0, 0.0, 0.4, 0.9, float("nan")],
+        "suppression": [0.0, 0.8, 0.9, 0.0, 0.0, float("nan")],
+        "direct":      [1.0, -1.0, 2.0, 1.0, 1.0, 1.0],
+    })  # fmt: skip
+    roles = circuits.ioi_roles(evidence).tolist()
+    # a copier that prefers IO; a suppressor that prefers IO; one that looks at S2 and suppresses;
+    # too little copying; too small a preference; copying not measured
+    assert roles == ["name mover", "negative name mover", "S suppression", "", "", ""]
+
+
 def test_prompt_sets_split_by_template_without_overlap():
     ioi = synthetic_ioi(n=9)
     discovery, held_out = ioi.split(0.34, by_group=True)

@@ -210,6 +210,31 @@ def copy_scores_in_context(
     return pd.DataFrame(rows)
 
 
+# The Primer's definitions of the IOI roles, as thresholds on a head's evidence (one rule for
+# every chapter that names a role): attention from the end must prefer IO to S1 by this much,
+# and the head's OV circuit must copy (or suppress) the attended name for this share of prompts.
+ROLE_RULE = {"attention margin": 0.1, "copying share": 0.5}
+
+
+def ioi_roles(evidence: pd.DataFrame) -> pd.Series:
+    """The IOI role of each head from its evidence (columns ``end→IO``, ``end→S1``, ``end→S2``
+    from ``ioi_attention``; ``copying``, ``suppression`` from ``copy_scores_in_context``, NaN
+    where not measured; ``direct``, its direct effect on the logit difference): ``"name
+    mover"`` (prefers IO from the end, copies it, raises the logit difference), ``"negative name
+    mover"`` (prefers IO, suppresses it, lowers it), ``"S suppression"`` (looks at S2 more than
+    IO, suppresses what it reads, raises it), or ``""``. Indexed like ``evidence``."""
+    prefers_io = evidence["end→IO"] - evidence["end→S1"] >= ROLE_RULE["attention margin"]
+    copies = evidence["copying"] >= ROLE_RULE["copying share"]  # NaN compares False: not measured
+    suppresses = evidence["suppression"] >= ROLE_RULE["copying share"]
+    raises, lowers = evidence["direct"] > 0, evidence["direct"] < 0
+    looks_at_s2 = evidence["end→S2"] > evidence["end→IO"]
+    roles = pd.Series("", index=evidence.index)
+    roles[looks_at_s2 & suppresses & raises] = "S suppression"
+    roles[prefers_io & suppresses & lowers] = "negative name mover"
+    roles[prefers_io & copies & raises] = "name mover"
+    return roles
+
+
 @torch.no_grad()
 def head_logit_attributions(
     model: Transformer, prompts: ContrastSet, ablate: Iterable[Head] = (), means: list[Tensor] | None = None
