@@ -524,8 +524,8 @@ def round_summary(heaviest: pd.DataFrame, fewest: pd.Series, run_seeds: tuple[in
     """One round's excess kurtosis and fewest outlier dimensions (t-intervals over its seeds)."""
     return {
         "seeds": ", ".join(map(str, run_seeds)),
-        "excess kurtosis": claims.interval_text(*stats.t_interval(heaviest["excess"].loc[list(run_seeds)])),
-        "fewest outlier dims": claims.interval_text(*stats.t_interval(fewest.loc[list(run_seeds)])),
+        "excess kurtosis": claims.t_interval_text(heaviest["excess"].loc[list(run_seeds)]),
+        "fewest outlier dims": claims.t_interval_text(fewest.loc[list(run_seeds)]),
         "seeds meeting the sweep's target (kurtosis ≥ 10)":
             f"{(heaviest['kurtosis'].loc[list(run_seeds)] >= 10).sum()} of {len(run_seeds)}",
     }  # fmt: skip

@@ -127,13 +127,9 @@ check_rows.append(
 )
 
 
-def with_interval(values: pd.Series) -> str:
-    mean, low, high = stats.t_interval(values.to_numpy())
-    return f"{mean:.3g} [{low:.3g}, {high:.3g}]"
-
-
 summary = chosen.groupby("variant").agg(
-    {"kurtosis": "mean", "rotated mean": "mean", "excess kurtosis": with_interval, "val loss": with_interval,
+    {"kurtosis": "mean", "rotated mean": "mean", "excess kurtosis": claims.t_interval_text,
+     "val loss": claims.t_interval_text,
      "layer": lambda b: ", ".join(map(str, sorted(set(b))))}
 ).loc[names]  # fmt: skip
 summary.columns = ["kurtosis", "rotated control", "excess kurtosis [95% CI]", "held-out loss [95% CI]",
@@ -398,7 +394,7 @@ for label, frame, run_seeds in [
     row = {"round": label, "seeds": ", ".join(map(str, run_seeds))}
     for name in names:
         values = frame.loc[name, "excess kurtosis"].loc[list(run_seeds)].to_numpy()
-        row[f"{name} excess"] = claims.interval_text(*stats.t_interval(values))
+        row[f"{name} excess"] = claims.t_interval_text(values)
     for name in names:
         row[f"{name} loss"] = f"{frame.loc[name, 'val loss'].loc[list(run_seeds)].mean():.3f}"
     rounds.append(row)

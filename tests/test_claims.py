@@ -1,6 +1,6 @@
 import pytest
 
-from resid import claims
+from resid import claims, stats
 
 ABOVE = claims.Criterion("x", "c", "s", "m", "above", threshold=0.6, partly=0.3)
 
@@ -96,3 +96,11 @@ def test_a_chapter_with_criteria_reports_every_claim_against_them_with_an_interv
         verdicts = claims.VERDICTS + claims.PREDICTION_VERDICTS
         assert all(len(row["interval"]) == 2 and row["verdict"] in verdicts for row in rows), results.stem
         assert all(check["passed"] for check in json.loads(results.read_text()).get("checks", []))
+
+
+def test_interval_text_is_the_estimate_and_its_interval_and_over_seeds_a_t_interval():
+    assert claims.interval_text(1.234, 0.5, 2.0, "excess") == "excess 1.23 [0.5, 2]"
+    values = [1.0, 2.0, 3.0, 4.0, 5.0]
+    mean, low, high = stats.t_interval(values)
+    assert claims.t_interval_text(values) == claims.interval_text(mean, low, high)
+    assert claims.t_interval_text(values).startswith("3 [") and low < 3 < high

@@ -112,6 +112,16 @@ def interval_text(estimate: float, low: float, high: float, what: str = "", fmt:
     return f"{what} {text}" if what else text
 
 
+def t_interval_text(values) -> str:
+    """The mean of ``values`` (one per seed, say) with its 95% t-interval, as ``interval_text``
+    writes it: for a table's cell, e.g. ``frame.groupby("variant")["loss"].agg(t_interval_text)``."""
+    import numpy as np
+
+    from .stats import t_interval  # torch: imported only where an interval is computed
+
+    return interval_text(*t_interval(np.asarray(values, dtype=float)))
+
+
 def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: str = "") -> ClaimRow:
     """A claim row: the criterion, the estimate with its interval, and the verdict. An interval
     that could not be measured (NaN: say, a run that never reached the loss it is read at) is
