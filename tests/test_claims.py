@@ -104,3 +104,34 @@ def test_interval_text_is_the_estimate_and_its_interval_and_over_seeds_a_t_inter
     mean, low, high = stats.t_interval(values)
     assert claims.t_interval_text(values) == claims.interval_text(mean, low, high)
     assert claims.t_interval_text(values).startswith("3 [") and low < 3 < high
+
+
+def test_every_claim_can_fail_and_can_hold_somewhere_in_its_metrics_range():
+    """Each criterion, read against the range its metric can take (notebooks/ranges.toml), gives
+    "not reproduced" to some value and "reproduced" to another: no claim is decided before it is
+    measured. Every criterion needs a declared range."""
+    import math
+    import tomllib
+
+    ranges = tomllib.loads((claims.CRITERIA.parent / "ranges.toml").read_text())
+    folders = (claims.CRITERIA, claims.CRITERIA.parent / "drafts" / "criteria")
+    for path in sorted(p for folder in folders for p in folder.glob("*.toml")):
+        for key, criterion in claims.load_criteria(path.stem, path.parent).items():
+            assert key in ranges.get(path.stem, {}), f"{path.stem}.{key}: no range in ranges.toml"
+            low, high = ranges[path.stem][key]
+            assert low < high or math.isinf(high), f"{path.stem}.{key}: empty range"
+            reachable = claims.reachable_verdicts(criterion, low, high)
+            fail, hold = ("not reproduced", "reproduced")
+            if criterion.prediction:
+                fail, hold = ("not supported", "supported")
+            assert fail in reachable, f"{path.stem}.{key} cannot fail in [{low}, {high}]: {sorted(reachable)}"
+            assert hold in reachable, f"{path.stem}.{key} cannot hold in [{low}, {high}]: {sorted(reachable)}"
+
+
+def test_reachable_verdicts_find_a_claim_that_cannot_fail():
+    share_below = claims.Criterion("x", "c", "s", "a share", "below", 0.7, partly=1.0)
+    assert "not reproduced" not in claims.reachable_verdicts(share_below, 0.0, 1.0)  # at 1.0: inconclusive
+    fixed = claims.Criterion("x", "c", "s", "a share", "below", 0.7)
+    assert {"reproduced", "not reproduced"} <= claims.reachable_verdicts(fixed, 0.0, 1.0)
+    above_edge = claims.Criterion("x", "c", "s", "a count", "above", 0.0)
+    assert "reproduced" not in claims.reachable_verdicts(above_edge, -5.0, 0.0)

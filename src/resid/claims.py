@@ -171,6 +171,21 @@ def _verdict(c: Criterion, low: float, high: float) -> str:
     return "inconclusive"
 
 
+def reachable_verdicts(criterion: Criterion, low: float, high: float) -> set[str]:
+    """Every verdict the criterion gives to some value of its metric in ``[low, high]`` (the
+    metric's range), measured exactly (an interval of width zero). A claim whose criterion
+    cannot reach "not reproduced" (or "not supported") cannot fail: it is a check, or its
+    threshold sits at the edge of what the metric can be."""
+    edges = [criterion.threshold] + ([] if criterion.partly is None else [criterion.partly])
+    if criterion.direction == "within":
+        edges += [-criterion.threshold]
+    step = 1e-6 * max(1.0, *(abs(e) for e in edges))
+    candidates = [low, high] + [e + d for e in edges for d in (-step, 0.0, step)]
+    candidates = [min(max(x, low), high) for x in candidates if math.isfinite(x)]
+    candidates += [x for x in (low, high) if not math.isfinite(x)] and [-1e12, 1e12]
+    return {judge(criterion, x, x, x)["verdict"] for x in candidates if low <= x <= high}
+
+
 def check(name: str, passed: bool, detail: str = "") -> CheckRow:
     """Assert an identity or sanity property where it is computed; a row for the checks table."""
     if not passed:
