@@ -63,6 +63,25 @@ def test_a_small_run_comes_back_from_its_record_exactly_without_training(store, 
     assert run_history(TINY) == first.history
 
 
+def test_an_unfinished_checkpoint_does_not_shadow_a_finished_run_kept_whole(store, monkeypatch):
+    first = train(TINY, progress=False)
+    # a quick run elsewhere (its records in another folder) leaves a checkpoint of the same run,
+    # stopped early, in the shared cache
+    monkeypatch.setenv(records.ENV, str(store / "elsewhere"))
+    (resid.train.cache_dir() / "runs" / f"{TINY.key()}.pt").unlink()
+    train(TINY, progress=False, stop_after=6)
+    monkeypatch.setenv(records.ENV, str(store / "records"))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("resumed the unfinished checkpoint instead of reading the record")
+
+    monkeypatch.setattr(resid.train, "_train_step", no_training)
+    again = train(TINY, progress=False)
+    assert again.history == first.history
+    for a, b in zip(again.model.state_dict().values(), first.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_measurements_come_from_the_record_and_a_new_one_needs_the_weights(store, monkeypatch):
     monkeypatch.setattr(records, "WEIGHTS_UP_TO", 0)  # as for the book's larger models: no weights kept
     tokens = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0))

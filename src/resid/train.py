@@ -350,9 +350,13 @@ def train(
     history: list[dict] = []
     step, seconds, estimated = 0, 0.0, False
     trained_on = describe(device)
-    weights = None if records.current(path) or record is None else records.read_weights(cfg.key())
-    if records.current(path):
-        state = torch.load(path, weights_only=False, map_location=device)
+    state = torch.load(path, weights_only=False, map_location=device) if records.current(path) else None
+    finished = record is not None and record["step"] >= cfg.steps
+    kept_whole = finished and records.weights_path(cfg.key()).exists()
+    if state is not None and state["step"] < cfg.steps and kept_whole:
+        state = None  # an unfinished checkpoint (a quick run's, say) never shadows a finished run kept whole
+    weights = None if state is not None or record is None else records.read_weights(cfg.key())
+    if state is not None:
         model.load_state_dict(state["model"])
         history, step = state["history"], state["step"]
         if "optimizer" in state:
