@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from resid.basis import write
 from resid.cache import Head, act_name
-from resid.model import Config, Transformer, write
+from resid.model import Config, Transformer
 
 TOKENS = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(0))
 

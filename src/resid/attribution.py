@@ -14,8 +14,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from .basis import read, write
 from .metrics import LogitDiff
-from .model import Transformer, read, write
+from .model import Transformer
 
 
 def prediction_score(

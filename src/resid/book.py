@@ -41,9 +41,9 @@ from unittest.mock import patch
 
 from . import claims, provenance, records
 from .progress import ENV as PROGRESS_ENV
+from .sources import NOTEBOOKS, ChapterError, chapters, source
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ROOT / "notebooks"
 CHAPTERS_OUT = ROOT / "book" / "chapters"
 # Committed, so that a launch button (Binder, Colab) can open them: the theme opens
 # <path_to_book>/<page>.ipynb, and the book's _config.yml names book/handouts as that path.
@@ -51,20 +51,6 @@ HANDOUTS_OUT = ROOT / "book" / "handouts"
 EXECUTION_ENV = "RESID_EXECUTION"  # the runner's record of this execution, read by save_results
 
 
-class ChapterError(RuntimeError):
-    pass
-
-
-def chapters(notebooks: Path = NOTEBOOKS) -> list[str]:
-    """Chapter names in book order (the sources are numbered: ``01_outliers.py`` -> ``outliers``)."""
-    return [path.stem.split("_", 1)[1] for path in sorted(notebooks.glob("[0-9][0-9]_*.py"))]
-
-
-def source(name: str, notebooks: Path = NOTEBOOKS) -> Path:
-    matches = sorted(notebooks.glob(f"[0-9][0-9]_{name}.py"))
-    if not matches:
-        raise ChapterError(f"unknown chapter {name!r}; chapters: {', '.join(chapters(notebooks))}")
-    return matches[0]
 
 
 # --- a chapter's parameters, declared once in its parameters cell ---
@@ -801,17 +787,14 @@ def _reproducibility_note(name: str, results: dict) -> str:
 
 
 def parse_parameters(pairs: list[str]) -> dict:
-    """``["quick=True", "model=gpt2"]`` -> ``{"quick": True, "model": "gpt2"}``."""
-    parameters = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ChapterError(f"parameter {pair!r} is not of the form name=value")
-        try:
-            parameters[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            parameters[key] = value  # a bare string such as model=gpt2
-    return parameters
+    """``["quick=True", "model=gpt2"]`` -> ``{"quick": True, "model": "gpt2"}`` (as the training
+    command line reads its overrides)."""
+    from .train import parse_overrides
+
+    try:
+        return parse_overrides(pairs)
+    except ValueError as error:
+        raise ChapterError(str(error)) from None
 
 
 def print_status(out_dir: Path = CHAPTERS_OUT) -> list[ChapterStatus]:
@@ -842,7 +825,7 @@ def training_needed(rerun: dict) -> str:
     """What re-executing a chapter trains, from the runs its last execution read: none where each
     has a run record (or a checkpoint in this machine's cache), else which and for how long. A
     code change may of course ask for other runs."""
-    from .loaders import cache_dir
+    from .paths import cache_dir
 
     runs = rerun.get("training_runs")
     if runs is None:

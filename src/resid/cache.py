@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from .model import read, write
+from .basis import read, write
 
 if TYPE_CHECKING:
     from .model import Transformer

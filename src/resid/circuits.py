@@ -17,10 +17,11 @@ import torch
 from torch import Tensor
 
 from . import attribution, heads, hooks, progress, stats
+from .basis import read, write
 from .behaviours import ContrastSet
 from .cache import Head
 from .metrics import KLFromReference, LogitDiff
-from .model import Transformer, read, write
+from .model import Transformer
 
 
 def all_heads(model: Transformer) -> list[Head]:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from . import exercises, provenance
+from .sources import source
 
 # Eleven sessions of about two hours: (title, chapters, what the session covers).
 SESSIONS = [
@@ -82,8 +83,6 @@ def reading_minutes(notebook: Path) -> int:
 
 
 def chapter_number(name: str) -> int:
-    from .book import source
-
     return int(source(name).stem.split("_")[0])
 
 

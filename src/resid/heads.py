@@ -14,8 +14,9 @@ import torch
 from torch import Tensor
 
 from . import hooks
+from .basis import write
 from .cache import act_name
-from .model import Transformer, write
+from .model import Transformer
 
 
 def repeated_tokens(

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor, nn
 
 from . import progress, records
-from .loaders import cache_dir
 from .model import Transformer
+from .paths import cache_dir
 from .provenance import machine, record_build
 
 

@@ -29,8 +29,9 @@ from unittest.mock import patch
 import torch
 from torch import Tensor
 
-from .data import HFTokenizer
+from .data import ByteTokenizer, HFTokenizer
 from .model import Config, Transformer
+from .paths import cache_dir
 from .progress import note
 from .provenance import file_hash, record_build, record_input
 
@@ -58,15 +59,6 @@ class UnknownModelError(ValueError):
     pass
 
 
-def cache_dir() -> Path:
-    """Where converted models and training runs live: ``$RESID_CACHE``, else the user cache."""
-    if "RESID_CACHE" in os.environ:
-        return Path(os.environ["RESID_CACHE"])
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("resid"))
-
-
 def load(name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Transformer:
     """The model called ``name``, in eval mode, with its tokenizer at ``model.tokenizer``."""
     from transformers.utils import logging as hf_logging
@@ -79,14 +71,26 @@ def load(name: str, dtype: torch.dtype = torch.float32, device: str | torch.devi
     elif name == "gemma3-270m":
         model = _load_gemma3()
     elif name.startswith("trained:") or name.endswith(".pt"):
-        from .train import load_trained
-
         model = load_trained(name)
     elif name.endswith(".gguf"):
         model = _load_gguf(Path(name).expanduser().resolve())
     else:
         model = _load_hub(name)
     return model.to(device=device, dtype=dtype).eval()
+
+
+def load_trained(name: str) -> Transformer:
+    """``trained:<preset>`` (trained now if not cached) or the path of a checkpoint."""
+    from .train import PRESETS, config_from_dict, train  # torch training: only where a run is asked for
+
+    if name.startswith("trained:"):
+        check_name(name)  # an unknown preset is one line, before anything trains
+        return train(PRESETS[name.removeprefix("trained:")]).model
+    state = torch.load(name, weights_only=False)
+    model = Transformer(config_from_dict(state["config"]).model)
+    model.load_state_dict(state["model"])
+    model.tokenizer = ByteTokenizer()
+    return model
 
 
 def check_name(name: str) -> None:

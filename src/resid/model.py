@@ -16,16 +16,14 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .basis import read, write
+from .cache import ActivationCache
 from .stats import haar_rotation
-
-if TYPE_CHECKING:
-    from .cache import ActivationCache
 
 NORMS = ("layernorm", "rmsnorm", "basisfree")
 MLPS = ("gelu", "gelu_tanh", "swiglu", "geglu")
@@ -460,16 +458,6 @@ def causal_mask(n_query: int, start: int, window: int, dtype: torch.dtype, devic
     return mask[None, None]
 
 
-def read(x: Tensor, rotation: Tensor | None) -> Tensor:
-    """Carry a residual vector into a layer's computation basis."""
-    return x if rotation is None else x @ rotation
-
-
-def write(y: Tensor, rotation: Tensor | None) -> Tensor:
-    """Carry a layer's output back into the residual basis."""
-    return y if rotation is None else y @ rotation.T
-
-
 BLOCK_ROTATIONS = ("R_attn_in", "R_attn_out", "R_mlp_in", "R_mlp_out")
 
 
@@ -712,7 +700,6 @@ class Transformer(nn.Module):
 
         ``names`` selects what to keep (a list, or a predicate on the name); by default, everything.
         """
-        from .cache import ActivationCache  # it reads the model's own pieces: imported here, not above
 
         if names is None:
             wanted = set(self.hook_points())

@@ -14,9 +14,10 @@ import torch
 from torch import Tensor
 
 from . import hooks, progress
+from .basis import read, write
 from .heads import norm_gains
 from .metrics import Metric
-from .model import Transformer, read, write
+from .model import Transformer
 
 
 def value_logits(model: Transformer, layer: int, neurons: Tensor | None = None) -> Tensor:

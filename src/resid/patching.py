@@ -28,9 +28,10 @@ import torch
 from torch import Tensor
 
 from . import hooks, progress
+from .basis import read, write
 from .cache import Head
 from .metrics import KLFromReference, LogitDiff, Metric
-from .model import Transformer, read, write
+from .model import Transformer
 
 __all__ = ["KLFromReference", "LogitDiff", "Metric"]  # the metrics, where the patching tools are
 

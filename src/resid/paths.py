@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository, in a clone
@@ -13,3 +14,12 @@ def book_folder(relative: str) -> Path:
     """``ROOT / relative`` in a clone; else its copy in the installed package (same last name)."""
     in_clone = ROOT / relative
     return in_clone if in_clone.is_dir() else BUNDLED / Path(relative).name
+
+
+def cache_dir() -> Path:
+    """Where converted models and training runs live: ``$RESID_CACHE``, else the user cache."""
+    if "RESID_CACHE" in os.environ:
+        return Path(os.environ["RESID_CACHE"])
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("resid"))

@@ -12,6 +12,7 @@ The same entry point runs on a GPU when there is one, and data-parallel under to
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -26,9 +27,9 @@ import torch
 
 from . import records
 from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, token_ids, train_val_split
-from .loaders import cache_dir, check_name
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW, ScalarAdamW
+from .paths import cache_dir
 from .progress import bar as progress_bar
 from .progress import steps as progress_steps
 from .provenance import machine, record_build
@@ -700,16 +701,19 @@ def config_from_dict(d: dict) -> TrainConfig:
     return replace(TrainConfig(model=model), **rest)
 
 
-def load_trained(name: str) -> Transformer:
-    """``trained:<preset>`` (trained now if not cached) or the path of a checkpoint."""
-    if name.startswith("trained:"):
-        check_name(name)  # an unknown preset is one line, before anything trains
-        return train(PRESETS[name.removeprefix("trained:")]).model
-    state = torch.load(name, weights_only=False)
-    model = Transformer(config_from_dict(state["config"]).model)
-    model.load_state_dict(state["model"])
-    model.tokenizer = ByteTokenizer()
-    return model
+def parse_overrides(pairs: list[str]) -> dict:
+    """``["lr=1e-2", "norm=rmsnorm"]`` -> ``{"lr": 0.01, "norm": "rmsnorm"}``: each value read as a
+    Python literal, else kept as a bare string. Raises ``ValueError`` for a pair without ``=``."""
+    parameters = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"parameter {pair!r} is not of the form name=value")
+        try:
+            parameters[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parameters[key] = value  # a bare string such as model=gpt2
+    return parameters
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -720,10 +724,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", default="tiny-layernorm", choices=sorted(PRESETS))
     parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE", help="e.g. lr=1e-2 steps=2000")
     args = parser.parse_args(argv)
-    cfg = PRESETS[args.preset]
-    from .book import parse_parameters
-
-    cfg = replace(cfg, **parse_parameters(args.overrides))
+    cfg = replace(PRESETS[args.preset], **parse_overrides(args.overrides))
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     result = train(cfg)

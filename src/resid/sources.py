@@ -1,0 +1,29 @@
+"""The chapters' sources: where they are and what they are called.
+
+A chapter is a percent-format script ``notebooks/NN_<name>.py``; its number orders the book
+and numbers its exercises. The book runner (``book.py``) and the course page (``course.py``)
+both read these names, so they live below both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+class ChapterError(RuntimeError):
+    pass
+
+
+def chapters(notebooks: Path = NOTEBOOKS) -> list[str]:
+    """Chapter names in book order (the sources are numbered: ``01_outliers.py`` -> ``outliers``)."""
+    return [path.stem.split("_", 1)[1] for path in sorted(notebooks.glob("[0-9][0-9]_*.py"))]
+
+
+def source(name: str, notebooks: Path = NOTEBOOKS) -> Path:
+    """The source of chapter ``name``; ``ChapterError`` (naming the chapters) if there is none."""
+    matches = sorted(notebooks.glob(f"[0-9][0-9]_{name}.py"))
+    if not matches:
+        raise ChapterError(f"unknown chapter {name!r}; chapters: {', '.join(chapters(notebooks))}")
+    return matches[0]
