@@ -82,6 +82,22 @@ def test_an_unfinished_checkpoint_does_not_shadow_a_finished_run_kept_whole(stor
         assert torch.equal(a, b)
 
 
+def test_a_finished_checkpoint_of_another_training_neither_shadows_nor_rewrites_the_record(store, monkeypatch):
+    first = train(TINY, progress=False)
+    written = records.json_path(TINY.key()).read_bytes()
+    # another machine's training of the same configuration, finished, left in the shared cache
+    checkpoint = resid.train.cache_dir() / "runs" / f"{TINY.key()}.pt"
+    state = torch.load(checkpoint, weights_only=False)
+    state["history"][0]["train_loss"] += 1.0
+    state["model"] = {k: v + 0.01 if v.is_floating_point() else v for k, v in state["model"].items()}
+    torch.save(state, checkpoint)
+    again = train(TINY, progress=False)
+    assert again.history == first.history
+    for a, b in zip(again.model.state_dict().values(), first.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert records.json_path(TINY.key()).read_bytes() == written
+
+
 def test_measurements_come_from_the_record_and_a_new_one_needs_the_weights(store, monkeypatch):
     monkeypatch.setattr(records, "WEIGHTS_UP_TO", 0)  # as for the book's larger models: no weights kept
     tokens = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(0))

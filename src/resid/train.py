@@ -354,8 +354,11 @@ def train(
     state = torch.load(path, weights_only=False, map_location=device) if records.current(path) else None
     finished = record is not None and record["step"] >= cfg.steps
     kept_whole = finished and records.weights_path(cfg.key()).exists()
-    if state is not None and state["step"] < cfg.steps and kept_whole:
-        state = None  # an unfinished checkpoint (a quick run's, say) never shadows a finished run kept whole
+    if state is not None and kept_whole:
+        # a finished run kept whole in its record is the run: a checkpoint in the cache (a quick
+        # run's, unfinished; another machine's training of the same configuration) never shadows
+        # it, nor rewrites it
+        state = None
     weights = None if state is not None or record is None else records.read_weights(cfg.key())
     if state is not None:
         model.load_state_dict(state["model"])
