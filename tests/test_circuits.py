@@ -464,3 +464,32 @@ def test_sweeps_with_a_counterfactual_that_differs_late_match_one_forward_per_pa
     heads = patching.patch_heads(model, clean, corrupt, metric, chunk=5)
     naive_heads = patching.patch_heads_naive(model, clean, corrupt, metric)
     torch.testing.assert_close(heads, naive_heads, rtol=1e-5, atol=1e-6)
+
+
+def test_every_circuit_score_takes_a_metric(model):
+    """faithfulness, minimality, head-level ACDC and edge-level ACDC score with the metric given."""
+    from resid.metrics import AnswerProbability, LogitDiff
+
+    ioi = synthetic_ioi()
+    means = circuits.head_means(model, ioi.corruptions["abc"])
+    everything = circuits.all_heads(model)
+    logit_diff = LogitDiff(ioi.answers, ioi.foils)
+    default = circuits.faithfulness(model, ioi, everything[:4], means)
+    assert circuits.faithfulness(model, ioi, everything[:4], means, metric=logit_diff) == default
+    probability = AnswerProbability(ioi.answers)
+    full = model(ioi.tokens)[:, -1].float().softmax(-1).gather(-1, ioi.answers[:, None]).mean().item()
+    scored = circuits.faithfulness(model, ioi, everything[:4], means, metric=probability)
+    assert scored["full model"] == pytest.approx(full, rel=1e-5) and scored != default
+    minimal = circuits.minimality(model, ioi, everything[:2], means, metric=probability)
+    assert not minimal["drop"].equals(circuits.minimality(model, ioi, everything[:2], means)["drop"])
+
+    def unmoved(logits):  # a distance that never grows: every head goes
+        return torch.zeros(logits.shape[:-1])
+
+    kept, passes = circuits.prune_heads(model, ioi, means, threshold=0.5, metric=unmoved)
+    assert kept == [] and passes == len(everything)
+    attn_only = random_model(ARCHITECTURES["attn-only"])
+    kept, _ = patching.acdc(attn_only, prompts(0), prompts(1), threshold=1e-6, metric=unmoved)
+    assert not kept.any()
+    kept, _ = patching.acdc(attn_only, prompts(0), prompts(1), threshold=1e-6)  # KL does grow
+    assert kept.any()

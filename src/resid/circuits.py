@@ -20,7 +20,7 @@ from . import attribution, heads, hooks, progress, stats
 from .basis import read, write
 from .behaviours import ContrastSet
 from .cache import Head
-from .metrics import KLFromReference, LogitDiff
+from .metrics import KLFromReference, LogitDiff, Metric
 from .model import Transformer
 
 
@@ -39,22 +39,32 @@ def head_means(model: Transformer, reference: Tensor) -> list[Tensor]:
 
 @torch.no_grad()
 def ablated_logit_diff(
-    model: Transformer, prompts: ContrastSet, ablate: Iterable[Head], means: list[Tensor]
+    model: Transformer,
+    prompts: ContrastSet,
+    ablate: Iterable[Head],
+    means: list[Tensor],
+    metric: Metric | None = None,
 ) -> Tensor:
     """The logit difference (answer minus foil) of every prompt with the heads in ``ablate``
-    mean-ablated: ``[prompt]``."""
+    mean-ablated: ``[prompt]``; or ``metric`` of the last position's logits, where given (any
+    of ``metrics.py``'s, e.g. ``AnswerProbability(prompts.answers)``)."""
     logits = model.run_with_hooks(prompts.tokens, hooks.replace_heads(ablate, means))[:, -1].float()
-    return LogitDiff(prompts.answers, prompts.foils)(logits)
+    return (metric or LogitDiff(prompts.answers, prompts.foils))(logits)
 
 
 def faithfulness(
-    model: Transformer, prompts: ContrastSet, circuit: Iterable[Head], means: list[Tensor], seed: int = 0
+    model: Transformer,
+    prompts: ContrastSet,
+    circuit: Iterable[Head],
+    means: list[Tensor],
+    seed: int = 0,
+    metric: Metric | None = None,
 ) -> dict:
-    """How much of the full model's logit difference the circuit alone recovers: F(C) / F(M),
-    with a bootstrap interval over prompts (each resample's ratio of means)."""
+    """How much of the full model's logit difference (or ``metric``) the circuit alone recovers:
+    F(C) / F(M), with a bootstrap interval over prompts (each resample's ratio of means)."""
     circuit = set(circuit)
-    full = ablated_logit_diff(model, prompts, [], means)
-    alone = ablated_logit_diff(model, prompts, [h for h in all_heads(model) if h not in circuit], means)
+    full = ablated_logit_diff(model, prompts, [], means, metric)
+    alone = ablated_logit_diff(model, prompts, [h for h in all_heads(model) if h not in circuit], means, metric)
     ratio, low, high = stats.ratio_bootstrap(alone, full, seed=seed)
     return {
         "full model": full.mean().item(),
@@ -72,6 +82,7 @@ def completeness(
     means: list[Tensor],
     subsets: dict[str, Iterable[Head]],
     seed: int = 0,
+    metric: Metric | None = None,
 ) -> pd.DataFrame:
     """For each named subset K of the circuit: F(C \\ K) against F(M \\ K), removing K from the
     circuit and from the whole model. A complete circuit loses as much as the model does; a
@@ -84,8 +95,8 @@ def completeness(
         subset = set(subset)
         if not subset <= circuit:
             raise ValueError(f"subset {name!r} has heads outside the circuit: {sorted(subset - circuit)}")
-        in_circuit = ablated_logit_diff(model, prompts, outside + sorted(subset), means)
-        in_model = ablated_logit_diff(model, prompts, sorted(subset), means)
+        in_circuit = ablated_logit_diff(model, prompts, outside + sorted(subset), means, metric)
+        in_model = ablated_logit_diff(model, prompts, sorted(subset), means, metric)
         gap, low, high = stats.bootstrap(in_circuit - in_model, seed=seed)
         rows.append(
             {
@@ -101,18 +112,23 @@ def completeness(
 
 
 def minimality(
-    model: Transformer, prompts: ContrastSet, circuit: Iterable[Head], means: list[Tensor], seed: int = 0
+    model: Transformer,
+    prompts: ContrastSet,
+    circuit: Iterable[Head],
+    means: list[Tensor],
+    seed: int = 0,
+    metric: Metric | None = None,
 ) -> pd.DataFrame:
-    """For each head v of the circuit, how much the circuit's logit difference falls when v is
-    removed too: F(C) - F(C \\ {v}), with a paired bootstrap interval over prompts. A member
-    whose interval includes zero is not needed on these prompts."""
+    """For each head v of the circuit, how much the circuit's logit difference (or ``metric``)
+    falls when v is removed too: F(C) - F(C \\ {v}), with a paired bootstrap interval over
+    prompts. A member whose interval includes zero is not needed on these prompts."""
     circuit = sorted(set(circuit))
     outside = [h for h in all_heads(model) if h not in set(circuit)]
-    base = ablated_logit_diff(model, prompts, outside, means)
+    base = ablated_logit_diff(model, prompts, outside, means, metric)
     rows = []
     for head in circuit:
         drop, low, high = stats.bootstrap(
-            base - ablated_logit_diff(model, prompts, outside + [head], means), seed=seed
+            base - ablated_logit_diff(model, prompts, outside + [head], means, metric), seed=seed
         )
         rows.append({"head": str(head), "drop": drop.item(), "low": low.item(), "high": high.item()})
     return pd.DataFrame(rows)
@@ -125,14 +141,17 @@ def prune_heads(
     means: list[Tensor],
     threshold: float,
     candidates: list[Head] | None = None,
+    metric: Metric | None = None,
 ) -> tuple[list[Head], int]:
     """ACDC at the granularity of heads: visit heads from the last layer to the first and
     mean-ablate each for good if that raises KL(full model || circuit) at the last position by
     less than ``threshold``. One forward pass per head, where edge-level ACDC needs one per
-    edge; ``candidates`` limits the search to some heads (the others are kept). Returns the
-    heads kept and the passes run."""
+    edge; ``candidates`` limits the search to some heads (the others are kept). ``metric``
+    replaces KL: any per-prompt distance of the circuit's last-position logits from the full
+    model's (e.g. the logit difference's absolute change). Returns the heads kept and the
+    passes run."""
     reference = model(prompts.tokens)[:, -1]
-    kl = KLFromReference(reference)
+    kl = metric or KLFromReference(reference)
     ablated: list[Head] = []
     current, passes = 0.0, 0
     order = [h for h in reversed(all_heads(model)) if candidates is None or h in set(candidates)]

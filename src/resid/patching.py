@@ -587,18 +587,20 @@ def acdc(
     counterfactual: Tensor,
     threshold: float,
     candidates: Tensor | None = None,
+    metric: Metric | None = None,
 ) -> tuple[Tensor, int]:
     """ACDC-style pruning (Conmy et al. 2023): visit downstream nodes from the logits back and,
     for each incoming edge, corrupt it for good if that raises KL(full model || circuit) by less
     than ``threshold``. ``candidates`` (bool ``[upstream, downstream]``, e.g. the edges EAP
     ranks highest) restricts the search: every other edge starts corrupted, which is what makes
-    ACDC affordable on a model with tens of thousands of edges. Returns the kept edges and the
-    forward passes run."""
+    ACDC affordable on a model with tens of thousands of edges. ``metric`` replaces KL: any
+    per-prompt distance of the circuit's logits from the full model's (Conmy et al. also prune
+    on the change in a task metric). Returns the kept edges and the forward passes run."""
     graph = Graph.of(model)
     corrupted = corrupted_outputs(model, counterfactual)
     reference = graph_forward(model, clean)[0]
     kept = graph.allowed.clone() if candidates is None else graph.allowed & candidates.to(torch.bool)
-    kl = KLFromReference(reference)
+    kl = metric or KLFromReference(reference)
     current, passes = kl(graph_forward(model, clean, kept.float(), corrupted)[0]).mean().item(), 0
     for v in progress.steps(reversed(range(len(graph.downstream))), "ACDC, by downstream node"):
         for u in reversed(kept[:, v].nonzero()[:, 0].tolist()):
