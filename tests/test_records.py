@@ -82,7 +82,7 @@ def test_an_unfinished_checkpoint_does_not_shadow_a_finished_run_kept_whole(stor
         assert torch.equal(a, b)
 
 
-def test_a_finished_checkpoint_of_another_training_neither_shadows_nor_rewrites_the_record(store, monkeypatch):
+def test_a_finished_checkpoint_of_another_run_neither_shadows_nor_rewrites_the_record(store, monkeypatch):
     first = train(TINY, progress=False)
     written = records.json_path(TINY.key()).read_bytes()
     # another machine's training of the same configuration, finished, left in the shared cache

@@ -64,7 +64,8 @@ def faithfulness(
     F(C) / F(M), with a bootstrap interval over prompts (each resample's ratio of means)."""
     circuit = set(circuit)
     full = ablated_logit_diff(model, prompts, [], means, metric)
-    alone = ablated_logit_diff(model, prompts, [h for h in all_heads(model) if h not in circuit], means, metric)
+    outside = [h for h in all_heads(model) if h not in circuit]
+    alone = ablated_logit_diff(model, prompts, outside, means, metric)
     ratio, low, high = stats.ratio_bootstrap(alone, full, seed=seed)
     return {
         "full model": full.mean().item(),
