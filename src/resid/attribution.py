@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .basis import read, write
+from .cache import act_name
 from .metrics import LogitDiff
 from .model import Transformer
 
@@ -154,10 +155,10 @@ def value_weighted_attention(model: Transformer, tokens: Tensor) -> Tensor:
     _, cache = model.run_with_cache(tokens, names)
     maps = []
     for layer, block in enumerate(model.blocks):
-        v = cache[f"blocks.{layer}.attn.hook_v"]  # [batch, key, kv_head, d_head]
+        v = cache[act_name("v", layer)]  # [batch, key, kv_head, d_head]
         v = v.repeat_interleave(cfg.n_heads // v.shape[2], dim=2)
         moved = write(block.attn.head_results(v), block.R_attn_out)  # [batch, key, head, d_model]
-        pattern = cache[f"blocks.{layer}.attn.hook_pattern"]  # [batch, head, query, key]
+        pattern = cache[act_name("pattern", layer)]  # [batch, head, query, key]
         mixed = torch.einsum("bhqk,bkhd->bqkd", pattern, moved)
         maps.append(mixed.float().norm(dim=-1))
     return torch.stack(maps)
@@ -189,8 +190,8 @@ def residual_components(model: Transformer, tokens: Tensor, position: int = -1) 
     direct logit attribution. Only for pre-norm models, where the residual is a plain sum.
     """
     cfg = model.cfg
-    names = ["hook_embed"] + [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
-    names += [] if cfg.attn_only else [f"blocks.{i}.hook_mlp_out" for i in range(cfg.n_layers)]
+    names = ["hook_embed"] + [act_name("z", i) for i in range(cfg.n_layers)]
+    names += [] if cfg.attn_only else [act_name("mlp_out", i) for i in range(cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, names)
     heads, head_labels = cache.stack_head_results(pos_slice=position, return_labels=True)
     labels, parts = ["embed"], [cache["hook_embed"][:, position]]

@@ -51,8 +51,6 @@ HANDOUTS_OUT = ROOT / "book" / "handouts"
 EXECUTION_ENV = "RESID_EXECUTION"  # the runner's record of this execution, read by save_results
 
 
-
-
 # --- a chapter's parameters, declared once in its parameters cell ---
 
 

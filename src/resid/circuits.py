@@ -19,7 +19,7 @@ from torch import Tensor
 from . import attribution, heads, hooks, progress, stats
 from .basis import read, write
 from .behaviours import ContrastSet
-from .cache import Head
+from .cache import Head, act_name
 from .metrics import KLFromReference, LogitDiff, Metric
 from .model import Transformer
 
@@ -32,7 +32,7 @@ def all_heads(model: Transformer) -> list[Head]:
 def head_means(model: Transformer, reference: Tensor) -> list[Tensor]:
     """Each layer's head outputs averaged over the reference prompts, position by position:
     ``[pos, head, d_head]`` per layer (the prompts share one length)."""
-    names = [f"blocks.{i}.attn.hook_z" for i in range(model.cfg.n_layers)]
+    names = [act_name("z", i) for i in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(reference, names)
     return [cache[name].mean(0) for name in names]
 
@@ -208,7 +208,7 @@ def copy_scores_in_context(
     ``token_ids`` (the names); ``suppression``: how often it is the lowest (negative name
     movers). A row per candidate head."""
     layers = sorted({h.layer for h in candidates})
-    _, cache = model.run_with_cache(prompts.tokens, [f"blocks.{layer}.hook_resid_pre" for layer in layers])
+    _, cache = model.run_with_cache(prompts.tokens, [act_name("resid_pre", layer) for layer in layers])
     rows_of = torch.arange(len(prompts))
     io_rank = (token_ids[None, :] == prompts.answers[:, None]).float().argmax(1)  # IO's index among the names
     if not torch.isin(prompts.answers, token_ids).all():

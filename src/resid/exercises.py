@@ -576,11 +576,10 @@ def _computation_basis(
     names = [f"blocks.{i}.hook_{p}" for i in range(n) for p in ("resid_mid", "mlp_in")]
     _, cache = model.run_with_cache(tokens, names)
     reference = [
-        stats.kurtosis_metric(cache[f"blocks.{i}.hook_resid_mid"] @ model.blocks[i].R_mlp_in)
-        for i in range(n)
+        stats.kurtosis_metric(cache[act_name("resid_mid", i)] @ model.blocks[i].R_mlp_in) for i in range(n)
     ]
     _close([float(v) for v in rotated_residual_kurtosis(model, tokens)], reference, "the kurtosis per block")
-    mlp_in = [stats.kurtosis_metric(cache[f"blocks.{i}.hook_mlp_in"]) for i in range(n)]
+    mlp_in = [stats.kurtosis_metric(cache[act_name("mlp_in", i)]) for i in range(n)]
     _close(reference, mlp_in, "the MLP input's kurtosis (a model without R_mlp_in?)")
     return (
         "the residual stream rotated by R_mlp_in has the MLP input's kurtosis, block by block.",
@@ -867,7 +866,7 @@ def _patch_position(
     layer: int,
     position: int,
 ):
-    name = f"blocks.{layer}.hook_resid_pre"
+    name = act_name("resid_pre", layer)
     _, cache = model.run_with_cache(counterfactual, [name])
 
     def patch(resid: Tensor, hook) -> Tensor:

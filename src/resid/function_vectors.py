@@ -182,7 +182,7 @@ def add_at(boundary: int, vector: Tensor, position: int = -1) -> list[tuple[str,
         x[:, position] += vector.to(x.dtype)
         return x
 
-    return [(f"blocks.{boundary}.hook_resid_pre", hook)]
+    return [(act_name("resid_pre", boundary), hook)]
 
 
 @torch.no_grad()

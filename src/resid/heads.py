@@ -36,7 +36,7 @@ def repeated_tokens(
 @torch.no_grad()
 def attention_patterns(model: Transformer, tokens: Tensor) -> Tensor:
     """Every head's attention pattern: ``[layer, batch, head, query, key]``."""
-    names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.cfg.n_layers)]
+    names = [act_name("pattern", i) for i in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, names)
     return torch.stack([cache[name].float() for name in names])
 
@@ -290,7 +290,7 @@ def attended_token_effect(
     raises t's logit. ``per_prompt``: both effects as ``[batch]`` tensors, each sequence's mean
     over its own positions (for intervals over sequences).
     """
-    name_z, name_p = f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.attn.hook_pattern"
+    name_z, name_p = act_name("z", layer), act_name("pattern", layer)
     logits, cache = model.run_with_cache(tokens, [name_z, name_p])
     attended = tokens.gather(1, cache[name_p][:, head].argmax(-1))  # [batch, query]
     keep = attended != tokens

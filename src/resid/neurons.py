@@ -15,6 +15,7 @@ from torch import Tensor
 
 from . import hooks, progress
 from .basis import read, write
+from .cache import act_name
 from .heads import norm_gains
 from .metrics import Metric
 from .model import Transformer
@@ -103,7 +104,7 @@ def top_activations(
     """The ``k`` positions of ``tokens`` (``[sequence, pos]``) where each neuron fires most: one
     row per (neuron, rank) with the activation, where it was, and the context up to that token
     (the token itself in brackets) when the model has a tokenizer."""
-    name = f"blocks.{layer}.mlp.hook_post"
+    name = act_name("post", layer)
     index = torch.tensor(neurons)
     best_values = torch.full((len(neurons), k), -torch.inf)
     best_places = torch.zeros(len(neurons), k, dtype=torch.long)  # flattened sequence * pos + position
@@ -159,7 +160,7 @@ def neuron_effects(
     """
     if model.cfg.post_norm or model.unembed is None:
         raise ValueError("neuron effects are defined for pre-norm language models")
-    name, final = f"blocks.{layer}.mlp.hook_post", model.resid_names()[-1]
+    name, final = act_name("post", layer), model.resid_names()[-1]
     clean_logits, clean_cache = model.run_with_cache(clean, [name, final])
     _, counter_cache = model.run_with_cache(counterfactual, [name])
     base = metric(clean_logits[:, -1])

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from . import hooks, progress
 from .basis import read, write
-from .cache import Head
+from .cache import Head, act_name
 from .metrics import KLFromReference, LogitDiff, Metric
 from .model import Transformer
 
@@ -176,7 +176,7 @@ def patch_residual(
     batch, which starts at the first of them).
     """
     cfg = model.cfg
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
+    names = [act_name("resid_pre", i) for i in range(cfg.n_layers)]
     replacements = _replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
     logits, cache, suffix = _clean_run(model, clean, names)
     batch, n_pos = clean.shape
@@ -245,8 +245,8 @@ def patch_heads(
     (a counterfactual that differs from the clean prompt only from some token on), a causal
     model keeps the clean run's keys and values there and reruns only the later positions."""
     cfg = model.cfg
-    resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(cfg.n_layers)]
-    z_names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
+    resid_names = [act_name("resid_pre", i) for i in range(cfg.n_layers)]
+    z_names = [act_name("z", i) for i in range(cfg.n_layers)]
     replacements = _replacement_values(model, clean, counterfactual, z_names, intervention, noise_scale, seed)
     logits, cache, suffix = _clean_run(model, clean, resid_names + z_names)
     unpatched = metric(logits[:, -1])  # [batch(, k)]
@@ -306,11 +306,11 @@ def patch_heads_naive(
     """The same sweep as ``patch_heads``, one full forward pass per head: the reference the
     benchmark measures the batched version against."""
     cfg = model.cfg
-    names = [f"blocks.{i}.attn.hook_z" for i in range(cfg.n_layers)]
+    names = [act_name("z", i) for i in range(cfg.n_layers)]
     replacements = _replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
     result = torch.zeros(cfg.n_layers, cfg.n_heads)
     for layer in range(cfg.n_layers):
-        source = {layer: replacements[f"blocks.{layer}.attn.hook_z"]}
+        source = {layer: replacements[act_name("z", layer)]}
         for head in range(cfg.n_heads):
             logits = model.run_with_hooks(clean, hooks.replace_heads([(layer, head)], source))[:, -1]
             result[layer, head] = metric(logits).mean()
@@ -330,7 +330,7 @@ def patch_residual_naive(
 ) -> Tensor:
     """The same sweep as ``patch_residual``, one full forward pass per layer and position: the
     reference the benchmark and the tests hold the batched version to."""
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(model.cfg.n_layers)]
+    names = [act_name("resid_pre", i) for i in range(model.cfg.n_layers)]
     replacements = _replacement_values(model, clean, counterfactual, names, intervention, noise_scale, seed)
     result = torch.zeros(model.cfg.n_layers, clean.shape[1])
     for layer, name in enumerate(names):

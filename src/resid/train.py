@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from . import records
+from .cache import act_name
 from .data import ByteTokenizer, corpus, random_batch, repeated_random_batch, token_ids, train_val_split
 from .model import Config, Transformer, next_token_loss
 from .optim import RotatedAdamW, ScalarAdamW
@@ -242,7 +243,7 @@ def evaluate(model: Transformer, ids: torch.Tensor, cfg: TrainConfig) -> dict:
         batches = [batch_of(ids, cfg, seed=10_000 + i).to(ids.device) for i in range(cfg.eval_batches)]
         losses = [model.loss(batch).item() for batch in batches]
     probe = batches[0][:, :-1]
-    mlp_names = [] if cfg.model.attn_only else [f"blocks.{i}.hook_mlp_in" for i in range(cfg.model.n_layers)]
+    mlp_names = [] if cfg.model.attn_only else [act_name("mlp_in", i) for i in range(cfg.model.n_layers)]
     _, cache = model.run_with_cache(probe, model.resid_names() + mlp_names)
     resid = [cache[n].flatten(0, 1).float() for n in model.resid_names()]
     rotation = haar_rotation(cfg.model.d_model, seed=12345).to(ids.device)
