@@ -538,6 +538,15 @@ bigram_table = pd.DataFrame(bigram_rows)
 display(bigram_table.style.format(precision=3).hide(axis="index"))
 
 # %% [markdown]
+# Every byte-level seed gives the same rate difference, and the claims below give it an
+# interval of zero width. That is no coincidence of five seeds: each model's direct path ranks
+# the input byte itself first for all or nearly all rows (the last column), so it agrees with
+# the bigram top-1 only where the most likely next byte is the byte itself, and the unigram
+# baseline's agreement is a count over the text. Both rates are then set by the text, not by
+# the seed. The claim fails for a reason the seeds cannot change: with tied embeddings the
+# direct path copies its input.
+
+# %% [markdown]
 # ## Outlier dimensions carry more than their share
 #
 # The outliers chapter found a few residual dimensions of SmolLM2 far above the others. Here
