@@ -188,3 +188,101 @@ def test_lm_eval_adapter_scores_agree_with_the_model(decoder):
     )
     (text,) = lm.generate_until([Request("abc", {"until": ["\n"], "max_gen_toks": 5})])
     assert len(text) <= 5 and "\n" not in text
+
+
+class WordTokenizer:
+    """Words (with their leading space) as tokens; a word of more than six letters is two."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+
+    def _id(self, piece: str) -> int:
+        return self.vocab.setdefault(piece, len(self.vocab) + 1)  # 0 pads
+
+    def encode(self, text: str) -> list[int]:
+        import re
+
+        pieces = []
+        for piece in re.findall(r" ?[^ \n]+|\n| ", text):
+            word = piece.lstrip(" ")
+            pieces += [piece[: len(piece) - len(word) + 6], word[6:]] if len(word) > 6 else [piece]
+        return [self._id(p) for p in pieces]
+
+    def decode(self, ids: list[int]) -> str:
+        names = {i: p for p, i in self.vocab.items()}
+        return "".join(names.get(i, "") for i in ids)
+
+
+def test_a_knowledge_task_asks_for_one_token_words_in_the_packed_format():
+    tokenizer = WordTokenizer()
+    pairs = [("France", "Paris"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
+             ("Greece", "Athens"), ("Peru", "Lima"), ("Cuba", "Havana"), ("Germany", "Berlin")]  # fmt: skip
+    task = tasks.knowledge_task("capital", pairs, tokenizer, seed=1, prefix=[999])
+    # "Germany" is two tokens here: that pair is left out; three of the seven are the examples
+    assert task.family == tasks.SEMANTIC and task.kind == "exact" and task.n_items == 4
+    assert task.chance == pytest.approx(1 / 4) and bool((task.tokens[:, 0] == 999).all())
+    assert torch.equal(task.tokens[task.rows, task.positions + 1], task.targets)
+    answers = {tokenizer.decode([t]) for t in task.targets.tolist()}
+    assert answers <= {" " + y for _, y in pairs[:7]} and len(answers) == 4
+    text = tokenizer.decode(task.tokens[0].tolist())
+    assert text.count(" ->") == 7 and "Berlin" not in text
+    with pytest.raises(ValueError, match="one-token words"):
+        tasks.knowledge_task("capital", pairs[:4], tokenizer)
+
+
+def test_the_one_format_suite_scores_every_accuracy_task_by_exact_match(monkeypatch):
+    tokenizer = WordTokenizer()
+    prose = " ".join(["The kernel loads the module and the module calls the kernel again."] * 6)
+    text = "\n\n".join(f"Paragraph {i} says: {prose}" for i in range(40))
+    monkeypatch.setattr(tasks.data, "corpus", lambda name: text)
+    model = Transformer(Config(vocab_size=2000, d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_ctx=512))
+    model.tokenizer = tokenizer
+    antonyms = [
+        ("hot", "cold"),
+        ("big", "small"),
+        ("up", "down"),
+        ("good", "bad"),
+        ("fast", "slow"),
+        ("high", "low"),
+    ]
+    knowledge = {"antonym": antonyms}
+    suite = tasks.one_format_suite(model, knowledge, n_items=5, n_windows=4, seed=0, skip_windows=2)
+    kinds = {t.name: t.kind for t in suite}
+    assert kinds.pop("perplexity") == "loss" and kinds.pop("true continuation") == "choice"
+    assert set(kinds.values()) == {"exact"} and "antonym" in kinds and "word recall" in kinds
+    families = {t.family for t in suite if t.kind == "exact"}
+    assert families == {tasks.SEMANTIC, tasks.STEPWISE}
+    first = tasks.one_format_suite(model, knowledge, n_items=5, n_windows=2, seed=0)
+    assert not any(torch.equal(a, b) for a in first[0].tokens for b in suite[0].tokens)  # new windows
+
+
+def test_the_loop_grid_grows_until_the_best_count_is_inside(monkeypatch):
+    best_at = {4: 5, 2: 2}  # M -> the planted best loop count
+
+    def planted(model, task_list, plan_list, batch_rows=64, per_item=False):
+        out = []
+        for plan in plan_list:
+            step = next(s for s in plan if len(s.layers) > 1)
+            m, k = len(step.layers), step.loops
+            out.append({"perplexity": torch.full((3,), -abs(k - best_at[m]) - 1.0, dtype=torch.float64)})
+        return out
+
+    monkeypatch.setattr(tasks, "score_plans", planted)
+    task = tasks.perplexity_task(torch.zeros(3, 5, dtype=torch.long), 10)
+    keys, values = tasks.grown_loop_sweep(None, task, n_layers=8, n_grid=[2, 3], loops=4, limit=16)
+    assert sorted({k for _, k in keys}) == list(range(1, 9)) and len(keys) == len(values) == 16
+    assert keys == sorted(keys) and {m for m, _ in keys} == {2, 4}
+    ppl = {key: task.score_items(v["perplexity"]) for key, v in zip(keys, values, strict=True)}
+    assert min(range(1, 9), key=lambda k: ppl[(4, k)]) == 5
+    keys, _ = tasks.grown_loop_sweep(None, task, n_layers=8, n_grid=[2, 3], loops=4, limit=4)
+    assert max(k for _, k in keys) == 4  # the limit stops it, the best on the edge
+
+
+def test_a_resampled_mean_carries_the_spread_between_draws():
+    from resid import stats
+
+    alike = torch.ones(201, 4)
+    assert torch.equal(stats.resampled_mean(alike), torch.ones(201, dtype=torch.float64))
+    draws = torch.tensor([0.0, 1.0, 2.0, 3.0]).expand(201, 4)  # every item agrees, the draws do not
+    means = stats.resampled_mean(draws, seed=0)
+    assert means[0] == 1.5 and means[1:].std() > 0.2 and set(means[1:].tolist()) <= {x / 4 for x in range(13)}

@@ -90,12 +90,15 @@ def _pad(rows: list[list[int]], pad: int = 0) -> Tensor:
 
 def packed_task(
     name: str, family: str, description: str, chance: float, examples: list[tuple[str, str]],
-    items: list[tuple[str, str]], tokenizer, per_row: int = 10,
+    items: list[tuple[str, str]], tokenizer, per_row: int = 10, prefix: list[int] | None = None,
 ) -> Task:  # fmt: skip
     """Few-shot by packing: every row starts with the same worked ``examples``, then holds
-    ``per_row`` "prompt answer" lines, each scored and each seeing the earlier ones."""
+    ``per_row`` "prompt answer" lines, each scored and each seeing the earlier ones. ``prefix``
+    (a BOS token, for a model trained with one: ``data.leading_bos``) starts every row."""
     rows, targets = [], []  # targets: (row, position, token, item)
-    shots = [t for prompt, answer in examples for t in tokenizer.encode(prompt + answer + "\n")]
+    shots = list(prefix or []) + [
+        t for prompt, answer in examples for t in tokenizer.encode(prompt + answer + "\n")
+    ]
     for start in range(0, len(items), per_row):
         ids = list(shots)
         for k, (prompt, answer) in enumerate(items[start : start + per_row]):
@@ -222,6 +225,61 @@ def stepwise_items(n: int, seed: int = 0) -> dict[str, tuple[str, float, list[tu
 N_SHOTS = 3  # worked examples at the start of every packed row
 
 
+def knowledge_task(
+    name: str, pairs: list[tuple[str, str]], tokenizer, seed: int = 0, prefix: list[int] | None = None
+) -> Task:
+    """A semantic task in the step-by-step tasks' format: few-shot exact-match generation of
+    " y" after " x ->", for the ``pairs`` (x, y) whose two words are one token each with a
+    leading space (``function_vectors.FV_TASKS`` holds capitals, antonyms, translations).
+    ``N_SHOTS`` pairs, drawn with ``seed``, are the worked examples, the rest the items; chance
+    is a guess among the items' answers."""
+    usable = [
+        (x, y) for x, y in pairs if len(tokenizer.encode(" " + x)) == 1 == len(tokenizer.encode(" " + y))
+    ]
+    if len(usable) < N_SHOTS + 2:
+        raise ValueError(
+            f"task {name!r}: {len(usable)} pairs of one-token words; at least {N_SHOTS + 2} needed"
+        )
+    random.Random(seed).shuffle(usable)
+    examples, items = usable[:N_SHOTS], usable[N_SHOTS:]
+    lines = [(f" {x} ->", f" {y}") for x, y in items]
+    chance = 1 / len({y for _, y in items})
+    description = f"{name.replace('_', ' ')}: the word for a word, few-shot"
+    shots = [(f" {x} ->", f" {y}") for x, y in examples]
+    return packed_task(name, SEMANTIC, description, chance, shots, lines, tokenizer, prefix=prefix)
+
+
+def one_format_suite(
+    model: Transformer, knowledge: dict[str, list[tuple[str, str]]], n_items: int = 200, n_windows: int = 16,
+    seed: int = 0, skip_windows: int = 0,
+) -> list[Task]:  # fmt: skip
+    """The decoder benchmark with every accuracy task scored one way, few-shot exact-match
+    generation: word recall from the text and the ``knowledge`` tasks (semantic), the generated
+    step-by-step tasks; perplexity and the true-continuation choice come along, to be shown apart.
+    Windows are the draw's after its first ``skip_windows`` (new text), every row starts with
+    the BOS token where the model's tokenizer puts one first."""
+    tokenizer = model.tokenizer
+    bos = data.leading_bos(tokenizer)
+    prefix = [] if bos is None else [bos]
+    text = data.corpus("pydoc")
+    ids = data.token_ids(text, tokenizer)
+    windows = data.windows(ids, 256, n_windows, seed=seed, skip=skip_windows, bos=bos)
+    suite = [
+        perplexity_task(windows, model.cfg.vocab_size),
+        word_recall_task(windows, tokenizer, n_items),
+        continuation_task(text, tokenizer, n_items, seed=seed),
+    ]
+    suite += [
+        knowledge_task(name, pairs, tokenizer, seed=seed, prefix=prefix) for name, pairs in knowledge.items()
+    ]
+    for name, (description, chance, items) in stepwise_items(n_items + N_SHOTS, seed).items():
+        examples, scored = items[:N_SHOTS], items[N_SHOTS:]
+        suite.append(
+            packed_task(name, STEPWISE, description, chance, examples, scored, tokenizer, prefix=prefix)
+        )
+    return suite
+
+
 def decoder_suite(model: Transformer, n_items: int = 200, n_windows: int = 16, seed: int = 0) -> list[Task]:
     """The decoder benchmark: three semantic tasks and seven step-by-step ones."""
     text = data.corpus("pydoc")
@@ -330,6 +388,34 @@ def resampled_scores(
         ).T  # [1 + resample, plan]
         out[task.name] = torch.exp(-means) if task.kind == "loss" else means
     return out
+
+
+def grown_loop_sweep(
+    model: Transformer, task: Task, n_layers: int, n_grid: list[int], loops: int = 4, limit: int = 16,
+    batch_rows: int = 64,
+) -> tuple[list[tuple[int, int]], list[dict[str, Tensor]]]:  # fmt: skip
+    """Looped parallel middle layers (``plans.parallel(..., loops=k)``) at every N of ``n_grid``
+    for k = 1..``loops``, the grid grown (doubled, up to ``limit``) until the best k at every N
+    lies inside it, judged on all of ``task``'s items. Returns the ``(M, k)`` keys, M = the
+    parallel layers, and their item values (``score_plans(..., per_item=True)``), in one order."""
+    from .plans import parallel
+
+    keys: list[tuple[int, int]] = []
+    values: list[dict[str, Tensor]] = []
+    done = 0
+    while True:
+        new = [(n, k) for n in n_grid for k in range(done + 1, loops + 1)]
+        plan_list = [parallel(n_layers, n, n_layers - n - 1, loops=k) for n, k in new]
+        values += score_plans(model, [task], plan_list, batch_rows=batch_rows, per_item=True)
+        keys += [(n_layers - 2 * n, k) for n, k in new]
+        done = loops
+        scores = {key: task.score_items(v[task.name]) for key, v in zip(keys, values, strict=True)}
+        sign = 1 if task.kind == "loss" else -1  # perplexity: lower is better
+        best = {m: min(range(1, done + 1), key=lambda k, m=m: sign * scores[(m, k)]) for m, _ in keys}
+        if all(k < done for k in best.values()) or done >= limit:
+            order = sorted(range(len(keys)), key=lambda i: keys[i])
+            return [keys[i] for i in order], [values[i] for i in order]
+        loops = min(limit, 2 * done)
 
 
 # --- the encoder ---
