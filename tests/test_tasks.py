@@ -254,6 +254,9 @@ def test_the_one_format_suite_scores_every_accuracy_task_by_exact_match(monkeypa
     assert families == {tasks.SEMANTIC, tasks.STEPWISE}
     first = tasks.one_format_suite(model, knowledge, n_items=5, n_windows=2, seed=0)
     assert not any(torch.equal(a, b) for a in first[0].tokens for b in suite[0].tokens)  # new windows
+    other_items = tasks.one_format_suite(model, knowledge, n_items=5, n_windows=2, seed=1, windows_seed=0)
+    assert torch.equal(other_items[0].tokens, first[0].tokens)  # the same windows, new generated items
+    assert not torch.equal(other_items[-1].tokens, first[-1].tokens)
 
 
 def test_the_loop_grid_grows_until_the_best_count_is_inside(monkeypatch):

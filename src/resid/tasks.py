@@ -251,19 +251,21 @@ def knowledge_task(
 
 def one_format_suite(
     model: Transformer, knowledge: dict[str, list[tuple[str, str]]], n_items: int = 200, n_windows: int = 16,
-    seed: int = 0, skip_windows: int = 0,
+    seed: int = 0, windows_seed: int | None = None, skip_windows: int = 0,
 ) -> list[Task]:  # fmt: skip
     """The decoder benchmark with every accuracy task scored one way, few-shot exact-match
     generation: word recall from the text and the ``knowledge`` tasks (semantic), the generated
     step-by-step tasks; perplexity and the true-continuation choice come along, to be shown apart.
-    Windows are the draw's after its first ``skip_windows`` (new text), every row starts with
-    the BOS token where the model's tokenizer puts one first."""
+    Items are generated with ``seed``; windows are the draw of ``windows_seed`` (``seed`` if
+    not given) after its first ``skip_windows`` (text an earlier reading did not see); every row
+    starts with the BOS token where the model's tokenizer puts one first."""
     tokenizer = model.tokenizer
     bos = data.leading_bos(tokenizer)
     prefix = [] if bos is None else [bos]
     text = data.corpus("pydoc")
     ids = data.token_ids(text, tokenizer)
-    windows = data.windows(ids, 256, n_windows, seed=seed, skip=skip_windows, bos=bos)
+    windows_seed = seed if windows_seed is None else windows_seed
+    windows = data.windows(ids, 256, n_windows, seed=windows_seed, skip=skip_windows, bos=bos)
     suite = [
         perplexity_task(windows, model.cfg.vocab_size),
         word_recall_task(windows, tokenizer, n_items),
