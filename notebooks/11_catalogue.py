@@ -442,7 +442,10 @@ pd.DataFrame(copy_rows).style.hide(axis="index").format(precision=3)
 # management*. The sign statistic is $\sum_i \mathrm{Re}\,\lambda_i / \sum_i |\lambda_i|$
 # (`heads.ov_eigenvalue_signs`): +1 for a head that writes back what it reads, -1 for one that
 # erases it. The head tested is the one with the largest self score on split A: it was chosen
-# by where it attends, never by its sign. Its interval is the bootstrap of that choice.
+# by where it attends, never by its sign. Its interval is the bootstrap of that choice; where
+# it has zero width, at least 95% of the resamples chose heads of that same sign (two heads
+# hardly share a sign to the last digit, so the same head), and the sign is a property of its
+# weights, with nothing left to vary with the windows.
 
 # %%
 eigen = {name: heads.ov_eigenvalue_signs(loaded[name]) for name in models}
@@ -985,6 +988,12 @@ if fv_effects:
     display(Markdown("The top 10 heads: " + "; ".join(
         f"{LABEL[name]} " + ", ".join(f"L{layer}H{head}" for layer, head in chosen)
         for name, chosen in fv_heads.items())))  # fmt: skip
+
+# %% [markdown]
+# A gain with an interval of zero width is no rounding: where neither the zero-shot prompt nor
+# the prompt with the function vector added gets any held-out item right (the table's two
+# columns at 0 for every task), every item's gain is 0 and so is every resample's mean. The
+# vector then did nothing measurable, and the row says that exactly.
 
 # %% [markdown]
 # ## Context retrieval: the request first, the entity later
