@@ -570,6 +570,11 @@ claim_rows.append(claims.judge(
     f"[{loops_growth[1]:+.0f}, {loops_growth[2]:+.0f}]"))  # fmt: skip
 
 # %% [markdown]
+# Where the best count sits at the grid's edge (the largest iteration count tried) for some $M$
+# in every resample, the difference above is pinned there and its interval can have zero
+# width: that says the grid was too small, not that the count is known exactly.
+
+# %% [markdown]
 # ## The encoder
 #
 # MiniLM is a sentence-embedding model without its masked-LM head, so we measure what it is
