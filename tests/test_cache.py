@@ -72,3 +72,24 @@ def test_a_stack_sliced_without_its_positions_is_refused_with_the_shapes():
         cache.apply_ln_to_stack(heads[:, :, -1])
     sliced = cache.apply_ln_to_stack(heads[:, :, -1], pos_slice=-1)
     torch.testing.assert_close(sliced, cache.apply_ln_to_stack(heads)[:, :, -1])
+
+
+def test_a_head_in_any_spelling_is_one_head():
+    assert Head.of("L3H2") == Head.of((3, 2)) == Head.of(Head(3, 2)) == Head(3, 2)
+    assert str(Head.of(torch.tensor([1, 0]))) == "L1H0"
+    with pytest.raises(ValueError, match="head label"):
+        Head.of("3.2")
+
+
+def test_head_ablations_accept_every_spelling():
+    from resid import heads, hooks
+
+    model = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16)).eval()
+    means = [torch.zeros(4, 8), torch.zeros(4, 8)]
+    by_label = model.run_with_hooks(TOKENS, hooks.replace_heads(["L1H2", "L0H0"], means))
+    by_pair = model.run_with_hooks(TOKENS, hooks.replace_heads([(1, 2), Head(0, 0)], means))
+    assert torch.equal(by_label, by_pair) and not torch.equal(by_label, model(TOKENS))
+    label, pair = (
+        heads.ablated_in_context_losses(model, TOKENS, chosen, start=5) for chosen in (["L1H2"], [(1, 2)])
+    )
+    assert torch.equal(label, pair)

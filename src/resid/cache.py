@@ -12,7 +12,7 @@ through the unembedding. Head labels print as ``L3H2``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Union
 
 import torch
 from torch import Tensor
@@ -55,6 +55,9 @@ def act_name(name: str, layer: int | None = None) -> str:
     return f"blocks.{layer}.{SHORT_NAMES[name]}"
 
 
+HeadLike = Union["Head", tuple[int, int], str]  # what every function that takes a head accepts
+
+
 class Head(NamedTuple):
     """An attention head, ``Head(3, 2)``, which prints as ``L3H2``."""
 
@@ -63,6 +66,14 @@ class Head(NamedTuple):
 
     def __str__(self) -> str:
         return f"L{self.layer}H{self.head}"
+
+    @classmethod
+    def of(cls, head: HeadLike) -> Head:
+        """Any spelling of a head as a ``Head``: ``Head(3, 2)``, ``(3, 2)`` or ``"L3H2"``."""
+        if isinstance(head, str):
+            return cls.parse(head)
+        layer, index = head
+        return cls(int(layer), int(index))
 
     @classmethod
     def parse(cls, label: str) -> Head:

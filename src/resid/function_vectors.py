@@ -19,7 +19,7 @@ import random
 import torch
 from torch import Tensor
 
-from .cache import act_name
+from .cache import Head, HeadLike, act_name
 from .metrics import AnswerProbability
 from .model import HookFn, Transformer
 from .patching import patch_heads
@@ -166,11 +166,11 @@ def average_indirect_effect(
 
 
 @torch.no_grad()
-def function_vector(model: Transformer, tokens: Tensor, heads: list[tuple[int, int]]) -> Tensor:
-    """The summed mean write into the residual of ``heads`` at the last position of ``tokens``
-    (clean in-context prompts of one task): ``[d_model]``."""
+def function_vector(model: Transformer, tokens: Tensor, heads: list[HeadLike]) -> Tensor:
+    """The summed mean write into the residual of ``heads`` (any spelling) at the last position
+    of ``tokens`` (clean in-context prompts of one task): ``[d_model]``."""
     writes = head_writes(model, tokens).mean(0)  # [layer, head, d_model]
-    return torch.stack([writes[layer, head] for layer, head in heads]).sum(0)
+    return torch.stack([writes[layer, head] for layer, head in map(Head.of, heads)]).sum(0)
 
 
 def add_at(boundary: int, vector: Tensor, position: int = -1) -> list[tuple[str, HookFn]]:

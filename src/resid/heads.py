@@ -15,7 +15,7 @@ from torch import Tensor
 
 from . import hooks
 from .basis import write
-from .cache import act_name
+from .cache import Head, HeadLike, act_name
 from .model import Transformer
 
 
@@ -217,11 +217,12 @@ def in_context_losses(
 
 @torch.no_grad()
 def ablated_in_context_losses(
-    model: Transformer, tokens: Tensor, chosen: list[tuple[int, int]], start: int
+    model: Transformer, tokens: Tensor, chosen: list[HeadLike], start: int
 ) -> Tensor:
     """Each sequence's mean loss from position ``start`` on with the ``chosen`` heads' outputs
-    replaced by their mean over every sequence and position: ``[batch]`` (the repeat's loss of
-    ``in_context_losses(..., per_prompt=True)``, ablated)."""
+    (any spelling) replaced by their mean over every sequence and position: ``[batch]`` (the
+    repeat's loss of ``in_context_losses(..., per_prompt=True)``, ablated)."""
+    chosen = [Head.of(h) for h in chosen]
     names = sorted({act_name("z", layer) for layer, _ in chosen})
     _, cache = model.run_with_cache(tokens, names)
     means = {layer: cache[act_name("z", layer)].mean((0, 1)) for layer, _ in chosen}  # [head, d_head]

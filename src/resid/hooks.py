@@ -12,20 +12,20 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from torch import Tensor
 
-from .cache import act_name
+from .cache import Head, HeadLike, act_name
 from .model import HookFn
 
 
 def replace_heads(
-    heads: Iterable[tuple[int, int]], source: Sequence[Tensor] | Mapping[int, Tensor]
+    heads: Iterable[HeadLike], source: Sequence[Tensor] | Mapping[int, Tensor]
 ) -> list[tuple[str, HookFn]]:
     """Replace the chosen heads' outputs (``hook_z``, ``[batch, pos, head, d_head]``) by
     ``source[layer][..., head, :]``: a layer's source is anything that broadcasts against its
     ``hook_z`` (a counterfactual run's ``[batch, pos, head, d_head]``, a mean over prompts
-    ``[pos, head, d_head]``, a constant ``[head, d_head]``). ``heads`` are ``Head(layer, head)``
-    or ``(layer, head)`` pairs; one hook per layer replaces all of that layer's."""
+    ``[pos, head, d_head]``, a constant ``[head, d_head]``). ``heads`` in any spelling
+    (``Head(3, 2)``, ``(3, 2)``, ``"L3H2"``); one hook per layer replaces all of that layer's."""
     by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
+    for layer, head in map(Head.of, heads):
         by_layer.setdefault(layer, []).append(head)
 
     def hook_for(layer: int, chosen: list[int]) -> HookFn:
