@@ -120,7 +120,7 @@ print(
 rms = np.array([stats.rms(resid_stream[i]) for i in layers])
 token_rms = np.array([resid_stream[i].float().pow(2).mean(-1).sqrt().median().item() for i in layers])
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Line plot of the residual stream's scale at every layer boundary: the RMS over all entries and the median token RMS, against a dashed line at |x| = 6."
 fig, ax = plt.subplots(figsize=(7, 3.2))
 ax.plot(layers, rms, marker="o", label="RMS over all entries")
 ax.plot(layers, token_rms, marker="s", label="median over tokens of the token's RMS")
@@ -154,7 +154,7 @@ display(
 absolute = np.array([len(stats.outlier_dims(resid_stream[i], 6.0)) for i in layers])
 relative = np.array([len(stats.outlier_dims(resid_stream[i], 6.0, relative=True)) for i in layers])
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two bar charts of outlier dimensions per layer boundary: on the left the absolute threshold (any |x| > 6), on the right the scale-free one (|x| > 6 times the token's RMS)."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 axes[0].bar(layers, absolute)
 axes[0].axhline(d_model, color="grey", ls="--", label=f"d_model = {d_model}")
@@ -176,7 +176,7 @@ plt.show()
 kurt = np.array([stats.kurtosis_metric(resid_stream[i]) for i in layers])
 control = np.array([stats.rotated_kurtosis(resid_stream[i], n_rotations, seed=seed) for i in layers])
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Line plot of the mean per-token kurtosis at every layer boundary, in the standard basis and after random rotations, with the Gaussian value 3 dashed."
 fig, ax = plt.subplots(figsize=(7, 3.6))
 ax.plot(layers, kurt, marker="o", label="standard basis")
 ax.plot(layers, control[:, 0], marker="s", label=f"random rotation (mean of {n_rotations})")
@@ -309,7 +309,7 @@ massive = pd.DataFrame(
     }
 )
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Scatter plot on a log scale of the largest residual entry at every layer boundary, each point coloured by the dimension that holds it."
 fig, ax = plt.subplots(figsize=(8, 3.6))
 sns.scatterplot(data=massive, x="layer boundary", y="max |x|", hue=massive["dim"].astype(str), s=60, ax=ax)
 ax.set(yscale="log", title=f"{model_name}: largest residual entry per layer, coloured by dimension")
@@ -529,7 +529,7 @@ profiles = pd.concat([
     for name, r in readings.items()
 ])  # fmt: skip
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels against relative depth (block over number of blocks), one line per reading (the chapter's windows, new windows, Gemma-3-270M): the share of scale-free outlier dimensions beside the paper's 1.6-4.7% band, and the excess kurtosis on a log scale beside its threshold of 1."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for (name, profile), marker in zip(profiles.groupby("reading", sort=False), "osD", strict=True):
     for ax, column in zip(axes, ("outlier share (%)", "excess kurtosis"), strict=True):

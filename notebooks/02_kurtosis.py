@@ -189,7 +189,7 @@ for name, cfg in progress.track(sweep.items(), "sweep run"):
 curves = pd.DataFrame(rows)
 blocks = curves[curves.layer > 0]
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="A grid of small line plots, one per configuration of the sweep: the kurtosis of each layer's output over training steps, with a fixed random rotation's kurtosis dotted and the Gaussian value 3 as a line."
 # three panels a row, so that the figure with its legend stays within the text width
 grid = sns.relplot(data=blocks, x="step", y="kurtosis", hue="layer", col="run", col_wrap=3, kind="line",
                    height=2.3, aspect=1.25, palette="viridis", facet_kws={"sharex": False})  # fmt: skip
@@ -334,7 +334,7 @@ for s in progress.track(seeds, "regime seed"):
 analysis = pd.concat(tables, ignore_index=True)
 history = pd.DataFrame(histories)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Three panels for the chosen regime over its seeds: kurtosis per layer boundary in the standard basis and rotated; the share of energy in the four heaviest coordinates per boundary against the uniform share; and the training and held-out loss over steps."
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 sns.lineplot(
     data=analysis, x="layer", y="kurtosis", marker="o", errorbar="sd", ax=axes[0], label="standard basis"

@@ -90,7 +90,7 @@ curves, finals, analysis = experiments.compare_variants(names, seeds, base, toke
 # %% [markdown]
 # ## Kurtosis over training, and at the end
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Three panels comparing LayerNorm, RMSNorm and the basis-free norm over five seeds: the most extreme layer's kurtosis over training (rotated control dotted), the final kurtosis at each layer boundary, and the held-out loss over training."
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 sns.lineplot(data=curves, x="step", y="max kurtosis", hue="variant", errorbar="sd", ax=axes[0])
 sns.lineplot(

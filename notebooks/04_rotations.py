@@ -157,7 +157,7 @@ check_rows += [
                  f"max |Δloss| {largest['float32']:.1e} vs seed sd {seed_spread:.1e}"),
 ]  # fmt: skip
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Strip plot on a log scale of the change in held-out loss when every weight of the basis-free model is rotated, one point per rotation and seed, for each floating-point precision, against the spread of the loss over seeds."
 fig, ax = plt.subplots(figsize=(7, 3.4))
 shown = invariance.assign(**{"|Δloss|": invariance["|Δloss|"].clip(lower=1e-16)})
 sns.stripplot(data=shown, x="precision", y="|Δloss|", order=list(PRECISIONS), size=6, alpha=0.7, ax=ax)
@@ -304,7 +304,7 @@ check_rows += [
                  f"{max(kurt_before):,.0f} before)"),
 ]  # fmt: skip
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels for SmolLM2 before and after its norms are folded and every weight is rotated: the kurtosis per layer boundary and the largest residual entry per boundary, both on log scales."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 axes[0].plot(kurt_before, marker="o", label="original basis")
 axes[0].plot(kurt_after, marker="s", label="folded and rotated")
@@ -392,7 +392,7 @@ check_rows.append(claims.check(
     f"{max(residual['control'].max(), computation['control'].max()):.2f} over {len(residual)} runs",
 ))  # fmt: skip
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Three panels comparing the basis-free model with its shared-rotation and independent-rotation variants over seeds: held-out loss over training, kurtosis of the residual stream after each block, and kurtosis of the MLP input in each block."
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 sns.lineplot(data=curves, x="step", y="val loss", hue="variant", errorbar="sd", ax=axes[0])
 axes[0].set(title="held-out loss (mean ± sd)", ylabel="nats per byte")
@@ -498,7 +498,7 @@ curves16, finals16, analysis16 = experiments.compare_variants(
 residual16 = experiments.heaviest(analysis16, "residual")
 computation16 = experiments.heaviest(analysis16, "mlp-in")
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels for training in bfloat16 against float32: the held-out loss over training for each variant, and bars of the final excess kurtosis per model and tensor with their spread over seeds."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 loss_curves = pd.concat([curves.assign(training="float32"), curves16.assign(training="bfloat16")])
 sns.lineplot(data=loss_curves[loss_curves.variant.isin(bf16_names)], x="step", y="val loss", hue="variant",

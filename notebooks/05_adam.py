@@ -261,7 +261,7 @@ best_lr = {
 }
 at_edge = {name: best_lr[name] in (min(learning_rates(name)), max(learning_rates(name))) for name in names}
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels over the learning-rate sweeps, one line per optimiser on a log learning-rate axis: the final held-out loss, and the final excess kurtosis (the rotated-basis control also read in its own basis)."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 sns.lineplot(
     data=sweep, x="lr", y="val loss", hue="optimiser", hue_order=list(labels.values()), marker="o", ax=axes[0]
@@ -359,7 +359,7 @@ check_rows.append(
     )
 )
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Three panels, one line per optimiser with its spread over seeds: excess kurtosis over training steps, held-out loss over training steps, and excess kurtosis against held-out loss."
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 sns.lineplot(
     data=curves,
@@ -464,7 +464,7 @@ display(
 shared_finals = finals[finals.optimiser == labels["shared_basis_adamw"]].set_index("seed")
 adamw_finals = finals[finals.optimiser == labels["adamw"]].set_index("seed")
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Grouped bars per seed of the final excess kurtosis: AdamW in the standard basis, and AdamW with its moments in one rotated basis read in the standard basis and in that rotated basis."
 fig, ax = plt.subplots(figsize=(6, 3.4))
 positions = np.arange(len(seeds))
 ax.bar(positions - 0.3, adamw_finals.loc[list(seeds), "excess kurtosis"], 0.3, label="AdamW, standard basis")
@@ -540,7 +540,7 @@ for (name, d), s in progress.track(
     )
 widths_table = pd.DataFrame(width_rows)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Line plot of the final excess kurtosis against the model width on a log axis, one line per optimiser."
 fig, ax = plt.subplots(figsize=(5.5, 3.4))
 sns.lineplot(
     data=widths_table, x="d_model", y="excess kurtosis", hue="optimiser", marker="o", errorbar=None, ax=ax

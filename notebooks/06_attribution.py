@@ -220,7 +220,7 @@ convergence = pd.DataFrame(
     ]
 )
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels on integrated gradients: the logit difference along the straight path from the baseline to the prompt, and the completeness error against the number of integration steps."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 axes[0].plot(alphas, along)
 axes[0].set(xlabel="α (0 = baseline, 1 = prompt)", ylabel="logit(IO) − logit(S)", title="f along the IG path")
@@ -243,7 +243,7 @@ print(f"largest change of f between neighbouring points (Δα = 0.005): {largest
 # One prompt of each kind, every method (scores scaled to the largest magnitude per method;
 # the last token is where the prediction is made, so occlusion cannot delete it):
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two heatmaps, one for the IOI prompt (contrastive) and one for the capital-city prompt: every attribution method's score for every input token."
 fig, axes = plt.subplots(2, 1, figsize=(10, 9))
 for ax, (task, contrastive) in zip(axes, [("IOI", True), ("capital", False)], strict=True):
     first = attributions[(attributions.task == task) & (attributions.contrastive == contrastive)]
@@ -279,7 +279,7 @@ per_prompt_agreement = [
 ]
 agreement = sum(per_prompt_agreement) / len(per_prompt_agreement)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Annotated heatmap of the mean Spearman rank agreement between every pair of attribution methods."
 fig, ax = plt.subplots(figsize=(7, 5.5))
 sns.heatmap(agreement, annot=True, fmt=".2f", cmap="viridis", vmin=-0.2, vmax=1, ax=ax)
 ax.set_title("rank agreement between methods (mean Spearman)")
@@ -500,7 +500,7 @@ print(f"{len(areas)} prompts ({(areas.task == 'IOI').sum()} IOI, {(areas.task ==
       f"in {time.time() - t0:.0f} s")  # fmt: skip
 display(area_summary.style.format(precision=3).hide(axis="index"))
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels on deletion curves: each method's area over the deletion curve with its 95% interval over prompts, and the score as tokens are deleted in each method's order for the first IOI prompt."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 ax = axes[0]
 ax.errorbar(area_summary["area"], range(len(area_summary)),
@@ -568,7 +568,7 @@ head_rows[["layer", "head"]] = head_rows.component.str.extract(r"L(\d+)H(\d+)").
 head_map = head_rows.pivot(index="layer", columns="head", values="dla")
 mlps = dla[dla.component.str.endswith("MLP")]
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="A heatmap of every head's direct effect on the IO minus S logit (layer by head, red positive, blue negative) beside bars of each MLP's direct effect."
 fig, axes = plt.subplots(1, 2, figsize=(10, 6), gridspec_kw={"width_ratios": [1, 1.3]})
 limit = head_map.abs().max().max()
 sns.heatmap(head_map, cmap="RdBu_r", center=0, vmin=-limit, vmax=limit, ax=axes[0])
@@ -645,7 +645,7 @@ print(f"{top_head}: {head_dla:+.4f} by hand, {library_dla:+.4f} from resid. Not 
 lens_by_prompt = attribution.logit_lens(model, capital_tokens[correct], capitals[correct], per_prompt=True)
 lens = lens_by_prompt.groupby("layer").mean().drop(columns="prompt").reset_index()
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels of the logit lens at every layer boundary for a capital-city prompt: the probability of the capital, and its rank on a log scale."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 axes[0].plot(lens.layer, lens.probability, marker="o")
 axes[0].set(xlabel="layer boundary (0 = embedding)", ylabel="P(capital)", title="logit lens: probability")

@@ -118,7 +118,7 @@ recovered, recovered_low, recovered_high = stats.ratio_bootstrap(
 )
 recovered = recovered.float()
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two heatmaps over layer and token position: the fraction of the logit difference left after patching the residual stream there, and the width of its 95% interval over prompts."
 fig, axes = plt.subplots(1, 2, figsize=(10, 6), sharey=True, gridspec_kw={"width_ratios": [1.25, 1]})
 sns.heatmap(recovered.numpy(), cmap="RdBu", center=0.5, vmin=-0.2, vmax=1.2, ax=axes[0],
             xticklabels=labels, yticklabels=range(model.cfg.n_layers))  # fmt: skip
@@ -206,7 +206,7 @@ for kind in patching.INTERVENTIONS:  # zero, mean, resample, noise
     )
     seconds[kind] = time.time() - t0
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Eight heatmaps over layer and head, one row per intervention (zero, mean, resample, noise): the change of the logit difference on the left and the KL divergence from the clean run on the right."
 # one row per intervention, its two metrics side by side: legible at the book's text width
 fig, axes = plt.subplots(4, 2, figsize=(10, 20), sharey=True)
 for row, kind in enumerate(patching.INTERVENTIONS):
@@ -245,7 +245,7 @@ overlap = pd.DataFrame(
     [[len(set(tops[a]) & set(tops[b])) / 10 for b in kinds] for a in kinds], index=kinds, columns=kinds
 )
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two annotated heatmaps comparing the four interventions: the Spearman correlation between their head maps, and the overlap of their top-10 heads."
 fig, axes = plt.subplots(1, 2, figsize=(10, 4))
 sns.heatmap(flat.corr(method="spearman"), annot=True, fmt=".2f", vmin=0, vmax=1, cmap="viridis", ax=axes[0])
 axes[0].set_title("Spearman between head maps (Δ logit diff)")
@@ -380,7 +380,7 @@ path_effect = torch.cat(
 )
 path_seconds = time.time() - t0
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Heatmap over sender layer and head of the change in the logit difference when only the sender's path into the name-mover candidates is patched."
 fig, ax = plt.subplots(figsize=(6, 6))
 limit = path_effect.abs().max().item()
 sns.heatmap(path_effect.numpy(), cmap="RdBu", center=0, vmin=-limit, vmax=limit, ax=ax)
@@ -426,7 +426,7 @@ is_top = torch.arange(len(sample_list)) < len(top_sample)
 pearson_top = stats.pearson(eap_sample[is_top], exact[is_top])
 pearson_uniform = stats.pearson(eap_sample[~is_top], exact[~is_top])
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two scatter plots of the EAP estimate against exact patching, one point per edge, for uniformly sampled edges and for EAP's top edges, with the identity line."
 fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
 for ax, chosen, name, r in (
     (axes[0], ~is_top, "uniform", pearson_uniform),
@@ -534,7 +534,7 @@ for k in sorted({r["edges kept"] for r in rows} | {len(small_edges)}):
     )
 comparison = pd.DataFrame(rows)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels on the two-layer induction model: EAP against exact patching for every edge, and the fraction of the logit difference each method's circuit recovers against the number of edges it keeps."
 fig, axes = plt.subplots(1, 2, figsize=(10, 4))
 axes[0].scatter(small_exact, small_eap_list, s=14)
 axes[0].set(

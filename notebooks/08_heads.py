@@ -141,7 +141,7 @@ curves = pd.concat(curves, ignore_index=True)
 small_by_seed = pd.DataFrame(small_by_seed).set_index("seed")
 small = small_runs[seeds[0]]
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Line plot of the loss over training steps for each seed of the two-layer model, on the first pass of a random sequence and on its repeat, where the induction bump appears as a sudden fall of the repeat's loss."
 fig, ax = plt.subplots(figsize=(8, 3.5))
 for s, curve in curves.groupby("seed"):
     first_seed = s == seeds[0]
@@ -237,7 +237,7 @@ check_rows.append(claims.check(
     np.allclose(induction_per_prompt.mean(0).numpy(), scores["induction"].to_numpy(), atol=1e-5),
 ))  # fmt: skip
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Three heatmaps over SmolLM2's layers and heads: previous-token, duplicate-token and induction scores."
 fig, axes = plt.subplots(1, 3, figsize=(10, 5.5), sharey=True)
 for ax, kind in zip(axes, ["previous", "duplicate", "induction"], strict=True):
     sns.heatmap(
@@ -371,7 +371,7 @@ panels = [
     ),
 ]
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Three heatmaps of circuits over frequent tokens (row-centred): an induction head's QK circuit (query token by key token) and two heads' OV circuits (attended token by logit of token)."
 fig, axes = plt.subplots(1, 3, figsize=(10, 4.6))
 for ax, (matrix, title) in zip(axes, panels, strict=True):
     centred = matrix - matrix.mean(1, keepdim=True)
@@ -404,7 +404,7 @@ plt.show()
 # %%
 copy = heads.copy_scores(model, frequent)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Scatter plot of every head's OV-circuit copying score against its suppression score, with the three strongest of each labelled."
 fig, ax = plt.subplots(figsize=(7, 5))
 ax.scatter(copy["copying"], copy["suppression"], s=10, alpha=0.6)
 for _, row in pd.concat([copy.nlargest(3, "copying"), copy.nlargest(3, "suppression")]).iterrows():

@@ -201,7 +201,7 @@ with torch.no_grad():
 enc_stream = torch.stack([cache[n].cpu() for n in encoder.resid_names()])[:, enc_mask.bool()]
 enc_similarity = layer_similarity(enc_stream)[0].numpy()
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Three heatmaps of the cosine similarity between the hidden states of every pair of layer boundaries: SmolLM2, SmolLM2 without its five heaviest coordinates, and MiniLM."
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.6))
 for ax, matrix, title in [
     (axes[0], similarity, f"{model_name}"),
@@ -248,7 +248,7 @@ ppl_swap = [r["perplexity"] for r in tasks.score_plans(model, ppl_task, swaps)]
 max_abs = stream.abs().amax(dim=(1, 2)).numpy()
 creates_massive = int(np.argmax(np.diff(np.log(max_abs + 1e-6))))  # block with the largest jump in max |x|
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Line plot on a log scale of the perplexity when one layer is skipped, and when two neighbours are swapped, for every layer, against the full model's perplexity, with the layer that creates the massive activation marked."
 fig, ax = plt.subplots(figsize=(9, 3.6))
 ax.plot(list(layers_swept), ppl_skip, marker="o", label="skip layer i")
 ax.plot([i + 0.5 for i in layers_swept if i < T - 1], ppl_swap, marker="s", label="swap layers i and i+1")
@@ -378,7 +378,7 @@ def mean_score(variant: str, n: int | None = None, family: str | None = None) ->
     return normalised[:, plan_index][..., torch.tensor(task_mask)].mean((1, 2))
 
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="A grid of line plots, one per variant of the middle layers: each task's score normalised from chance (0) to the full model (1) against N, the number of layers kept at each end."
 # two panels a row, so that the figure with its legend stays within the text width
 grid = sns.relplot(
     data=results, x="N", y="normalised", hue="task", style="family", col="variant", col_order=order,
@@ -543,7 +543,7 @@ heat = pd.DataFrame([(m, k, p) for (m, k), p in zip(loop_keys, loop_ppl, strict=
                     columns=["parallel layers M", "iterations", "perplexity"])  # fmt: skip
 table = heat.pivot(index="iterations", columns="parallel layers M", values="perplexity")
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Annotated heatmap of perplexity for looped parallel middle layers, by number of parallel layers M and number of iterations, the best iteration count for each M outlined in red."
 fig, ax = plt.subplots(figsize=(6, 4))
 sns.heatmap(np.log10(table), annot=table.map(lambda v: f"{v:,.0f}"), fmt="", cmap="magma_r", ax=ax,
             cbar_kws={"label": "log10 perplexity"})  # fmt: skip
@@ -601,7 +601,7 @@ for (variant, n, s), docs, pairs in zip(enc_keys, doc_embeddings, pair_embedding
 enc_results = pd.DataFrame(enc_rows)
 enc_full = enc_results.iloc[0]
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels for MiniLM, one line per variant against N: the cosine between a sentence's embedding under the variant and under the full model, and the share of paraphrases ranked first, with the full model and chance marked."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for ax, metric, chance in [(axes[0], "agreement", None), (axes[1], "paraphrase ranking", 0.5)]:
     sns.lineplot(data=enc_results[enc_results.variant != "full model"], x="N", y=metric, hue="variant",
@@ -645,7 +645,7 @@ family_rows = [
 ]  # fmt: skip
 family_means = pd.DataFrame(family_rows)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels of the mean normalised accuracy with 95% intervals: for each variant against N, and for each variant split into the semantic and step-by-step task families."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for k, variant in enumerate(order):
     estimates = [stats.resample_interval(mean_score(variant, n)) for n in n_grid]

@@ -143,7 +143,7 @@ print(
 print("example:", ioi.text[0], "->", tokenizer.decode([ioi.answers[0].item()]))
 print("ABC version:", tokenizer.decode(ioi.corruptions["abc"][0, 1:].tolist()))
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Bar chart of the IO minus S logit difference for each of the seventeen templates, discovery and held-out prompts side by side, with 95% bootstrap intervals."
 per_template = pd.DataFrame(
     {
         "template": torch.cat([discovery.group, held_out.group]).tolist(),
@@ -238,7 +238,7 @@ display(
 )
 evidence[evidence["head"].isin([str(h) for h in name_movers + negative_movers + s_suppression])].round(3)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two heatmaps over layer and head: every head's direct effect on the IO minus S logit, and its attention from the final token to IO minus to the first S."
 fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
 limit = direct.mean(0).abs().max().item()
 sns.heatmap(direct.mean(0).numpy(), cmap="RdBu", center=0, vmin=-limit, vmax=limit, ax=axes[0])
@@ -339,7 +339,7 @@ print(
     f"S-inhibition candidates: {', '.join(map(str, s_inhibition))}"
 )
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Heatmap over layer and head of the change in the logit difference when a sender head's path into the name movers' queries is patched."
 grid = np.full((first_mover_layer, cfg.n_heads), np.nan)
 for head, value in zip(sender_heads, into_queries.tolist(), strict=True):
     grid[head.layer, head.head] = value
@@ -457,7 +457,7 @@ role_table = evidence.set_index("head").loc[[str(h) for h in circuit], columns]
 role_table.insert(0, "role", [role_of[h] for h in circuit])
 role_table.round(3)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Diagram of SmolLM2's IOI circuit: each head at its layer and index, coloured by role, with arrows for the path-patching evidence from induction and duplicate-token heads to S-inhibition heads to name movers."
 palette = dict(zip(roles, sns.color_palette("tab10", len(roles)), strict=True))
 fig, ax = plt.subplots(figsize=(8, 6))
 for head in circuit:
@@ -532,7 +532,7 @@ claim_rows.append(
     )
 )
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Points with 95% intervals of each circuit head's minimality: the circuit's faithfulness minus its faithfulness without that head, on held-out templates."
 fig, ax = plt.subplots(figsize=(8, 3.5))
 order = minimal.sort_values("drop", ascending=False)
 ax.errorbar(order["head"], order["drop"], yerr=[order["drop"] - order["low"], order["high"] - order["drop"]],
@@ -974,7 +974,7 @@ print(f"whole residual: IIA {ceiling.mean():.2f} on {len(ceiling)} held-out prom
       f"random subspaces in {time.time() - t0:.0f} s")  # fmt: skip
 display(das_table.pivot(index="k", columns="method", values="IIA").round(3))
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels on distributed alignment search: interchange accuracy of the whole residual stream at every layer boundary, and at the chosen boundary the held-out accuracy of learned subspaces, the best coordinates and random subspaces against their dimension, with 95% intervals."
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 axes[0].plot(site_scan["boundary"], site_scan["IIA, whole residual (discovery)"], marker=".")
 axes[0].axhline(0.9, color="grey", ls="--", lw=0.8)

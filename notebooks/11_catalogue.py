@@ -233,7 +233,7 @@ for name in models:
             "heads above 0.5 on B": int((all_heads > 0.5).sum())})  # fmt: skip
 pd.DataFrame(positional_rows).style.hide(axis="index").format(precision=3)
 
-# %%
+# %% tags=["plot"] alt="Heatmaps over layer and head of the previous-token and self-attention scores on split B, one row per model (SmolLM2 and Gemma-3-270M)."
 fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.2 * len(models)), squeeze=False)
 for row, name in enumerate(models):
     for col, kind in enumerate(("previous", "self")):
@@ -469,7 +469,7 @@ for name in models:
         "heads": signs.numel()})  # fmt: skip
 pd.DataFrame(memory_rows).style.hide(axis="index").format(precision=3)
 
-# %%
+# %% tags=["plot"] alt="Scatter plots, one per model, of every head's self-attention score against the sign of its OV circuit's eigenvalues."
 fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
 for ax, name in zip(axes[0], models, strict=True):
     self_b = positional_b[name]["self"].mean(0).flatten().numpy()
@@ -550,7 +550,7 @@ for name in models:
         "most negative": cosines[name].min().item()})  # fmt: skip
 pd.DataFrame(neuron_rows).style.hide(axis="index").format(precision=3)
 
-# %%
+# %% tags=["plot"] alt="Histograms on a log count scale, one per model, of every MLP neuron's cosine between its input and output weights, with -0.5 marked."
 fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.5), squeeze=False)
 for ax, name in zip(axes[0], models, strict=True):
     ax.hist(cosines[name].flatten().numpy(), bins=100, log=True)
@@ -607,7 +607,7 @@ for name in models:
         "neurons above 0.5 on A": int((shares_a > 0.5).sum())})  # fmt: skip
 pd.DataFrame(position_rows).style.hide(axis="index").format(precision=3)
 
-# %%
+# %% tags=["plot"] alt="Line plots, one per model, of the chosen position neuron's activation against token position, mean and spread over split B's windows."
 fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.5), squeeze=False)
 for ax, name in zip(axes[0], models, strict=True):
     layer, neuron, acts = position_curves[name]
@@ -791,7 +791,7 @@ for name in models:
         "as many random dims remove": float(np.mean(random_shares))})  # fmt: skip
 pd.DataFrame(anisotropy_rows).style.hide(axis="index").format(precision=3)
 
-# %%
+# %% tags=["plot"] alt="Line plots, one per model, of the mean cosine between tokens of different windows at every layer boundary, with all dimensions and with the outlier dimensions zeroed."
 fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.5), squeeze=False)
 for ax, name in zip(axes[0], models, strict=True):
     curve = anisotropy_curves[name]
@@ -977,7 +977,7 @@ for name in models:
 display(pd.DataFrame(fv_rows).style.hide(axis="index").format(precision=2))
 pd.DataFrame([r for rows in fv_results.values() for r in rows]).style.hide(axis="index").format(precision=2)
 
-# %%
+# %% tags=["plot"] alt="Heatmaps over layer and head, one per model, of each head's average indirect effect on in-context tasks (the function-vector heads)."
 if fv_effects:
     fig, axes = plt.subplots(1, len(fv_effects), figsize=(5.5 * len(fv_effects), 3.8), squeeze=False)
     for ax, (name, effect) in zip(axes[0], fv_effects.items(), strict=True):
@@ -1069,7 +1069,7 @@ for name in models:
                                  "layers": n_layers})  # fmt: skip
 pd.DataFrame(retrieval_rows).style.hide(axis="index").format(precision=2)
 
-# %%
+# %% tags=["plot"] alt="Panels, one per model, against layer boundary: the share of the answer's swing moved by patching the request there, with bars of the heads' positive direct effect per layer."
 if retrieval_curves:
     fig, axes = plt.subplots(
         1, len(retrieval_curves), figsize=(5.5 * len(retrieval_curves), 3.6), squeeze=False

@@ -278,7 +278,7 @@ assert exercises.check("12.2", damped_solve)
 # method that finds them puts them at the top: the share of them among its top `n_planted`
 # is its recall (chance: `n_planted / n_train`).
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two scatter plots, TracIn and the influence function, of every training window's score against its rank for the first artefact prompt, the windows with the planted artefact in red."
 first = seeds[0]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for ax, method in zip(axes, ("TracIn", "influence"), strict=True):
@@ -373,7 +373,7 @@ excess = {
     method: torch.tensor((rise[method] - rise["random"]).to_numpy()) for method in ("TracIn", "influence")
 }
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels: the test loss rise after retraining without the top windows of TracIn, of the influence function and of a random set, one point per seed; and the retrained rise against the influence function's prediction for every removal set and seed."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
 long = rise.reset_index().melt(id_vars="test window", var_name="removal", value_name="loss rise")
 sns.stripplot(data=long, x="removal", y="loss rise", order=["TracIn", "influence", "random"], ax=axes[0])

@@ -120,7 +120,7 @@ for name, m in models.items():
           f"{record['history'][0]['vocabulary']:,} tokens; {len(ids):,} tokens of text")  # fmt: skip
 histories = pd.DataFrame(histories)
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Line plot of the tuned lens's mean KL over boundaries during its training, from the least-squares start, one line per model."
 fig, ax = plt.subplots(figsize=(6, 3.2))
 for name, rows in histories.groupby("model"):
     ax.plot(rows.step, rows.kl, label=name)
@@ -240,7 +240,7 @@ exercises.predict("13.4", 15)
 farthest = int(kl[model_name, "logit lens"].mean(1).argmax())
 assert exercises.check("13.4", farthest, logit_kl=kl[model_name, "logit lens"])
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels, SmolLM2 and Gemma-3-270M, of the KL divergence from each lens to the model's output at every layer boundary, logit lens against tuned lens, on a log scale."
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for ax, name in zip(axes, models, strict=True):
     for lens_name, color in (("logit lens", "C0"), ("tuned lens", "C1")):
@@ -288,7 +288,7 @@ for task, tokens, answers in (("capital", capital_set.tokens, capital_set.answer
         all(bool((f <= L).all()) for f in first.values()), f"{int(right.sum())} prompts",
     ))  # fmt: skip
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="Two panels, capital prompts and IOI prompts: the share of prompts whose answer is each lens's top-1 at every layer boundary, and (dashed) the share from which it stays top-1 to the end."
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
 for ax, (task, found) in zip(axes, tasks.items(), strict=True):
     for lens_name, color in (("logit lens", "C0"), ("tuned lens", "C1")):

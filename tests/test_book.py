@@ -336,18 +336,56 @@ def test_starter_cells_and_presentation_tags_keep_a_chapter_fresh_and_reach_its_
     status = book.chapter_status(name, out, notebooks)
     assert status.state == "fresh" and "narrative was edited" in status.why, status.why
     assert book.refresh_narrative(name, out, notebooks)
-    unfolded = [c for c in json.loads((out / f"{name}.ipynb").read_text())["cells"]
-                if "check_rows).style" in "".join(c["source"])]  # fmt: skip
+    unfolded = [c for c in json.loads((out / f"{name}.ipynb").read_text())["cells"] if is_checks(c)]
     assert unfolded and "hide-output" not in unfolded[0]["metadata"].get("tags", [])
     source.write_text(text)
     assert book.refresh_narrative(name, out, notebooks)
-    folded = [c for c in json.loads((out / f"{name}.ipynb").read_text())["cells"]
-              if "check_rows).style" in "".join(c["source"])]  # fmt: skip
+    folded = [c for c in json.loads((out / f"{name}.ipynb").read_text())["cells"] if is_checks(c)]
     assert "hide-output" in folded[0]["metadata"]["tags"]
     assert folded[0]["metadata"]["mystnb"]["code_prompt_show"].startswith("Show the checks")
     assert folded[0]["outputs"] == unfolded[0]["outputs"]
     source.write_text(text.replace('# %% tags=["starter"]', '# %% tags=["startr"]', 1))
     assert book.chapter_status(name, out, notebooks).state == "stale"  # a cell that now executes
+
+
+def is_checks(cell) -> bool:
+    return any(table in "".join(cell["source"]) for table in ("check_rows).style", "checks_table()"))
+
+
+def test_a_figures_alt_text_is_narrative_reaching_its_page_without_execution(tmp_path):
+    """The alt text of a plot cell (``# %% tags=["plot"] alt="..."``) is how the chapter reads:
+    changing it keeps the chapter fresh, and refreshing puts it on the figure (myst-nb's image
+    option) next to the collapsed code's toggle."""
+    notebooks, out = tmp_path / "notebooks", tmp_path / "chapters"
+    shutil.copytree(ROOT / "notebooks", notebooks)
+    shutil.copytree(ROOT / "book" / "chapters", out, ignore=shutil.ignore_patterns(".*"))
+    fresh = [n for n in book.chapters(notebooks) if book.chapter_status(n, out, notebooks).state == "fresh"]
+    name = fresh[0]
+    source = book.source(name, notebooks)
+    text = source.read_text()
+    header = next(line for line in text.splitlines() if line.startswith('# %% tags=["plot"] alt="'))
+    source.write_text(text.replace(header, '# %% tags=["plot"] alt="A new description of this figure."', 1))
+    assert book.chapter_status(name, out, notebooks).state == "fresh"
+    book.refresh_narrative(name, out, notebooks)
+    cells = json.loads((out / f"{name}.ipynb").read_text())["cells"]
+    described = [c for c in cells if c["metadata"].get("alt") == "A new description of this figure."]
+    assert len(described) == 1 and any(o.get("data", {}).get("image/png") for o in described[0]["outputs"])
+    mystnb = described[0]["metadata"]["mystnb"]
+    assert mystnb["image"] == {"alt": "A new description of this figure."}
+    assert mystnb["code_prompt_show"] == "Show the plotting code"
+
+
+def test_every_figure_a_chapter_draws_has_alt_text():
+    """A reader who cannot see a figure is told what it shows: every cell of a chapter source that
+    draws one is a plot cell with alt text of a sentence or more."""
+    import jupytext
+
+    draws = re.compile(r"plt\.(subplots|figure)\(|sns\.relplot\(")
+    for name in book.chapters():
+        for cell in jupytext.read(book.source(name)).cells:
+            if cell.cell_type == "code" and draws.search(cell.source):
+                assert "plot" in cell.metadata.get("tags", []), (name, cell.source[:80])
+                assert len(cell.metadata.get("alt", "").split()) >= 6, (name, cell.source[:80])
 
 
 def first_exercise(cells) -> int:
@@ -447,7 +485,6 @@ def test_solutions_are_hidden_behind_a_toggle(quick_book):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_a_chapters_download_is_its_handout_and_the_course_page_lists_every_chapter(quick_book):
     html = quick_book / "_build" / "html"
     for name in book.chapters():
@@ -462,6 +499,7 @@ def test_a_chapters_download_is_its_handout_and_the_course_page_lists_every_chap
     assert "JupyterLab" in course  # how a student opens a handout
 
 
+@pytest.mark.slow
 def test_results_page_has_every_claim_and_links_to_its_chapter(quick_book):
     page = (quick_book / "_build" / "html" / "chapters" / "results.html").read_text()
     n_claims, text = 0, words(html_unescape(re.sub(r"<[^>]+>", "", page)))

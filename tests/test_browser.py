@@ -129,7 +129,7 @@ def test_a_solution_stays_hidden_until_its_toggle_is_clicked(site, browser):
     solution.locator("summary").click()
     assert code.is_visible()
     # a solution verifies itself: an assert, or a check that fails the chapter when it fails
-    assert any(verifies in code.inner_text() for verifies in ("assert", "claims.check("))
+    assert any(verifies in code.inner_text() for verifies in ("assert", "claims.check(", "ledger.check("))
     page.close()
 
 
@@ -191,4 +191,41 @@ def test_no_figure_is_shrunk_below_a_legible_size(published, browser):
         assert shown, f"{name} shows no figure"
         small = [(w, n) for w, n in shown if w / n < LEGIBLE_SCALE]
         assert not small, f"{name}: figures shown at {[f'{w}/{n} px' for w, n in small]}"
+        page.close()
+
+
+# Chapters whose committed execution wrote to stderr. The cause (a read-only array handed to torch)
+# is fixed; they wait for their re-execution, hours of training here until their runs have records.
+# A chapter leaves this set when it is re-executed; none may join it.
+STDERR_AWAITING_EXECUTION = {"adam", "rotations"}
+# What a page's text may not hold once math and code are set aside: a "$" that MathJax never saw.
+TEXT_OUTSIDE_CODE_AND_MATH = """article => {
+    const copy = article.cloneNode(true);
+    const set_aside = "pre, code, .math, mjx-container, script, style, .cell_input";
+    copy.querySelectorAll(set_aside).forEach(e => e.remove());
+    return copy.textContent;
+}"""
+
+
+def test_pages_read_like_a_book(published, browser):
+    """No stderr block; every figure has alt text that says what it shows; no "$" left raw in the
+    text; no table wider than the text column."""
+    for name in committed():
+        page = open_page(browser, f"{published}/chapters/{name}.html")
+        page.set_viewport_size({"width": 1280, "height": 900})
+        if name not in STDERR_AWAITING_EXECUTION:
+            assert page.locator(".output.stderr").count() == 0, f"{name} shows stderr"
+        alts = page.eval_on_selector_all(".cell_output img", "els => els.map(e => e.getAttribute('alt'))")
+        alts = [alt or "" for alt in alts]
+        mute = [alt for alt in alts if len(alt.split()) < 6 or alt.endswith((".png", ".svg", ".jpg"))]
+        assert alts and not mute, f"{name}: figures without alt text saying what they show: {mute}"
+        text = page.eval_on_selector("article", TEXT_OUTSIDE_CODE_AND_MATH)
+        where = text.find("$")
+        assert where < 0, f"{name}: raw $ in {text[max(0, where - 60) : where + 60]!r}"
+        widths = page.eval_on_selector_all(
+            "article table",
+            "els => els.map(e => [e.getBoundingClientRect().width, e.closest('article').clientWidth])",
+        )
+        wide = [round(w) for w, column in widths if w > column + 1]
+        assert not wide, f"{name}: tables wider than the {round(widths[0][1])} px text column: {wide}"
         page.close()

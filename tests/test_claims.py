@@ -135,3 +135,46 @@ def test_reachable_verdicts_find_a_claim_that_cannot_fail():
     assert {"reproduced", "not reproduced"} <= claims.reachable_verdicts(fixed, 0.0, 1.0)
     above_edge = claims.Criterion("x", "c", "s", "a count", "above", 0.0)
     assert "reproduced" not in claims.reachable_verdicts(above_edge, -5.0, 0.0)
+
+
+def test_every_estimator_returns_one_interval_type_written_one_way():
+    import torch
+
+    from resid.interval import Interval
+
+    x = torch.tensor([1.0, 2.0, 4.0, 3.0, 5.0, 2.5])
+    y = torch.tensor([0.5, 1.5, 3.0, 3.5, 4.0, 2.0])
+    estimators = [
+        stats.t_interval(x), stats.welch_interval(x, y), stats.wilson_interval(3, 10),
+        stats.bootstrap(x, 200), stats.ratio_bootstrap(x, y, 200),
+        stats.bootstrap_statistic(stats.pearson, x, y, n_resamples=200),
+        stats.resample_interval(torch.tensor([1.0, 0.8, 1.2, 0.9, 1.1])),
+    ]  # fmt: skip
+    for interval in estimators:
+        assert isinstance(interval, Interval)
+        estimate, low, high = interval.item()  # floats, from tensors where the estimator keeps them
+        assert all(isinstance(v, float) for v in (estimate, low, high)) and low <= estimate <= high
+        assert str(interval) == interval.text() == claims.interval_text(estimate, low, high)
+    cells = stats.bootstrap(torch.randn(8, 3, 2), 100)  # one interval per cell of a map
+    assert isinstance(cells, Interval) and cells.low.shape == (3, 2)
+    assert Interval(1.0, float("nan"), 2.0).measured is False and Interval(1.0, 0.5, 2.0).excludes(0.0)
+    assert not Interval(1.0, -0.5, 2.0).excludes(0.0)
+
+
+def test_a_ledger_judges_by_key_asserts_checks_and_saves_both():
+    ledger = claims.Ledger("demo", {"x": ABOVE})
+    row = ledger.judge("x", stats.Interval(0.8, 0.7, 0.9), "overlap")
+    assert row == claims.judge(ABOVE, 0.8, 0.7, 0.9, "overlap 0.8 [0.7, 0.9]")
+    assert ledger.verdicts == {"x": "reproduced"} and ledger.estimates == {"x": 0.8}
+    with pytest.raises(ValueError, match="already judged"):
+        ledger.judge("x", (0.1, 0.0, 0.2))
+    with pytest.raises(KeyError, match="no criterion 'y'"):
+        ledger.judge("y", (0.1, 0.0, 0.2))
+    ledger.check("a sum rule holds", True, "1e-7")
+    with pytest.raises(claims.CheckFailed, match="a fold is exact"):
+        ledger.check("a fold is exact", False, "0.3")
+    assert [c["check"] for c in ledger.checks] == ["a sum rule holds"]  # the failed one stops, unlisted
+    saved = ledger.results(quick=True)
+    assert saved["chapter"] == "demo" and saved["quick"] and saved["claims"] == [row]
+    assert saved["seconds"] >= 0 and len(ledger.claims_table().data) == 1
+    assert list(ledger.checks_table().data.columns) == ["check", "detail", "passed"]

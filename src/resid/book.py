@@ -178,9 +178,11 @@ def _is_a(value: object, kind: type) -> bool:
 
 
 # Tags that change how a cell is shown, never what it computes: Jupyter Book's, and the book's
-# own "plot" (its code collapsed) and "checks" (its output folded: it answers exercises).
+# own "plot" and "prose" (code collapsed: a figure, or a conclusion written from computed numbers)
+# and "checks" (its output folded: it answers exercises).
 PRESENTATION_TAGS = {"hide-input", "hide-output", "hide-cell", "remove-input", "remove-output", "remove-cell",
-                     "full-width", "margin", "scroll-output", "output_scroll", "plot", "checks"}  # fmt: skip
+                     "full-width", "margin", "scroll-output", "output_scroll", "plot", "prose",
+                     "checks"}  # fmt: skip
 
 
 def _computing_tags(cell) -> list[str]:
@@ -338,7 +340,8 @@ def _merged_narrative(name: str, out_dir: Path, notebooks: Path):
             cells.append(cell)
         if i < len(old_code):
             code = copy.deepcopy(old_code[i])
-            _present_cell(code, new_code[i].metadata.get("tags", []))  # presentation as the source says
+            # presentation as the source says
+            _present_cell(code, new_code[i].metadata.get("tags", []), new_code[i].metadata.get("alt"))
             cells.append(code)
             if "parameters" in old_code[i].metadata.get("tags", []):
                 cells += injected
@@ -435,15 +438,18 @@ COLLAPSED = {
     "injected-parameters": "Show the parameters this execution was given",
     "setup": "Show the setup code",
     "plot": "Show the plotting code",
+    "prose": "Show how this paragraph is computed",  # a computed conclusion, read as text
 }
 # Outputs folded: a check table answers some of the exercises before them.
 FOLDED = {"checks": "Show the checks (they answer some exercises: try those first)"}
 
 
-def _present_cell(cell, tags: list[str]) -> None:
-    """Give an executed code cell the source's ``tags`` and the toggles they ask for."""
+def _present_cell(cell, tags: list[str], alt: str | None = None) -> None:
+    """Give an executed code cell the source's ``tags``, the toggles they ask for, and the
+    source's ``alt`` text (cell metadata ``alt="..."``) for the figures it draws."""
     tags = list(tags)
     cell.metadata.pop("mystnb", None)
+    cell.metadata.pop("alt", None)
     for tag, prompt in COLLAPSED.items():
         if tag in tags:
             tags += [] if "hide-input" in tags else ["hide-input"]
@@ -453,6 +459,9 @@ def _present_cell(cell, tags: list[str]) -> None:
         if tag in tags:
             tags += [] if "hide-output" in tags else ["hide-output"]
             cell.metadata["mystnb"] = {"code_prompt_show": prompt, "code_prompt_hide": "Hide the checks"}
+    if alt:  # what a reader who cannot see the figure is told it shows (myst-nb's image option)
+        cell.metadata["alt"] = alt
+        cell.metadata.setdefault("mystnb", {})["image"] = {"alt": alt}
     if tags or "tags" in cell.metadata:
         cell.metadata["tags"] = tags
 
@@ -465,7 +474,7 @@ def _present(path: Path, record: dict) -> None:
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code":
-            _present_cell(cell, cell.metadata.get("tags", []))
+            _present_cell(cell, cell.metadata.get("tags", []), cell.metadata.get("alt"))
     notebook.metadata["resid"] = record
     nbformat.write(notebook, path)
 
@@ -639,6 +648,21 @@ def site_notebooks(html: Path, handouts: Path = HANDOUTS_OUT, out_dir: Path = CH
             raise ChapterError(f"no handout {student}: run `make handouts`")
         shutil.copyfile(student, html / "_sources" / "chapters" / f"{name}.ipynb")
         shutil.copyfile(out_dir / f"{name}.ipynb", html / "solutions" / f"{name}.ipynb")
+
+
+def start_chapter(chapter: str, seed: int = 0) -> claims.Ledger:
+    """What every chapter's setup cell does: seed torch, set the figures' theme, quiet the
+    progress bars' "IProgress not found" (the executed page shows no widget), and open the
+    chapter's ledger on its criteria (the file the runner names, else ``notebooks/criteria``)."""
+    import warnings
+
+    import seaborn as sns
+    import torch
+
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    sns.set_theme(style="whitegrid", context="notebook")
+    torch.manual_seed(seed)
+    return claims.Ledger(chapter)
 
 
 def save_results(results: dict, rerun: dict | None = None) -> None:

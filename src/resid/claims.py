@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+from .interval import Interval
 from .paths import book_folder
 
 CRITERIA = book_folder("notebooks/criteria")
@@ -107,19 +109,18 @@ def load_criteria(chapter: str, folder: Path | None = None) -> dict[str, Criteri
 
 
 def interval_text(estimate: float, low: float, high: float, what: str = "", fmt: str = ".3g") -> str:
-    """``"what 1.23 [0.98, 1.5]"``: an estimate with its interval, as every table writes it."""
-    text = f"{estimate:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
-    return f"{what} {text}" if what else text
+    """``"what 1.23 [0.98, 1.5]"``: ``Interval.text`` for three loose numbers."""
+    return Interval(estimate, low, high).text(what, fmt)
 
 
 def t_interval_text(values) -> str:
-    """The mean of ``values`` (one per seed, say) with its 95% t-interval, as ``interval_text``
+    """The mean of ``values`` (one per seed, say) with its 95% t-interval, as ``Interval.text``
     writes it: for a table's cell, e.g. ``frame.groupby("variant")["loss"].agg(t_interval_text)``."""
     import numpy as np
 
     from .stats import t_interval  # torch: imported only where an interval is computed
 
-    return interval_text(*t_interval(np.asarray(values, dtype=float)))
+    return t_interval(np.asarray(values, dtype=float)).text()
 
 
 def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: str = "") -> ClaimRow:
@@ -136,7 +137,7 @@ def judge(criterion: Criterion, estimate: float, low: float, high: float, ours: 
         id=criterion.id,
         claim=criterion.claim,
         paper=criterion.source,
-        ours=ours or interval_text(estimate, low, high),
+        ours=ours or Interval(estimate, low, high).text(),
         criterion=criterion.describe(),
         estimate=estimate,
         interval=[low, high],
@@ -191,3 +192,66 @@ def check(name: str, passed: bool, detail: str = "") -> CheckRow:
     if not passed:
         raise CheckFailed(f"check failed: {name} ({detail})")
     return CheckRow(check=name, detail=detail, passed=True)
+
+
+class Ledger:
+    """A chapter's verdicts as it computes them: its criteria, the claims judged against them
+    and the checks asserted along the way, kept apart, each rendered as a table and saved with
+    the chapter's results. ``book.start_chapter`` makes one.
+
+    >>> ledger = Ledger("rmsnorm")                                     # doctest: +SKIP
+    >>> ledger.check("the fold is exact", error < 1e-5, f"{error:.1e}")  # doctest: +SKIP
+    >>> ledger.judge("trains_as_well", stats.t_interval(differences), "Δ loss")  # doctest: +SKIP
+    """
+
+    def __init__(self, chapter: str, criteria: dict[str, Criterion] | None = None) -> None:
+        """``criteria`` by id; by default the chapter's file (``load_criteria``)."""
+        self.chapter = chapter
+        self.criteria = load_criteria(chapter) if criteria is None else criteria
+        self.claims: list[ClaimRow] = []
+        self.checks: list[CheckRow] = []
+        self.started = time.time()  # the chapter's run time, saved with its results
+
+    def check(self, name: str, passed: bool, detail: str = "") -> CheckRow:
+        """Assert an identity or sanity property (a failure stops the chapter) and list it."""
+        row = check(name, bool(passed), detail)
+        self.checks.append(row)
+        return row
+
+    def judge(self, key: str, interval: Interval | tuple, what: str = "", fmt: str = ".3g",
+              ours: str = "") -> ClaimRow:  # fmt: skip
+        """Judge ``interval`` (an estimate with its low and high ends) by the criterion ``key``;
+        the row's text is ``what`` followed by the interval, unless ``ours`` says it otherwise."""
+        if key not in self.criteria:
+            raise KeyError(f"{self.chapter}: no criterion {key!r} (known: {', '.join(self.criteria)})")
+        if any(row["id"] == key for row in self.claims):
+            raise ValueError(f"{self.chapter}: claim {key!r} is already judged")
+        interval = Interval(*interval).item()
+        row = judge(self.criteria[key], *interval, ours or interval.text(what, fmt))
+        self.claims.append(row)
+        order = list(self.criteria)  # the tables follow the criteria file, whatever order judged them
+        self.claims.sort(key=lambda claim: order.index(claim["id"]))
+        return row
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        return {row["id"]: row["verdict"] for row in self.claims}
+
+    @property
+    def estimates(self) -> dict[str, float]:
+        return {row["id"]: row["estimate"] for row in self.claims}
+
+    def claims_table(self):
+        """The claims as a chapter shows them (claim, paper, ours, criterion, verdict), no index."""
+        return table(self.claims).style.hide(axis="index")
+
+    def checks_table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.checks, columns=["check", "detail", "passed"]).style.hide(axis="index")
+
+    def results(self, **extra) -> dict:
+        """What the chapter saves (``book.save_results``): its name, ``extra``, claims, checks and
+        the seconds since the ledger opened."""
+        return {"chapter": self.chapter, **extra, "claims": self.claims, "checks": self.checks,
+                "seconds": time.time() - self.started}  # fmt: skip

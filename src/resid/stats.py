@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .interval import Interval
+
 
 def haar_rotation(d: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> Tensor:
     """A random orthogonal ``d x d`` matrix drawn from the Haar measure.
@@ -104,11 +106,9 @@ def massive_activations(acts: Tensor, k: int = 5) -> list[dict]:
 # --- uncertainty: over prompts for pretrained models, over seeds for trained ones ---
 
 
-def bootstrap(
-    values: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
-) -> tuple[Tensor, Tensor, Tensor]:
+def bootstrap(values: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> Interval:
     """The mean over the first axis (prompts, items or windows) with a percentile bootstrap
-    interval: ``(mean, low, high)``, each shaped like ``values[0]``.
+    interval: an ``Interval`` of tensors, each shaped like ``values[0]`` (``.item()`` for floats).
 
     A resample's mean is a multinomial count vector times the values, so every cell of a
     ``[prompt, layer, head]`` map gets its interval from one matrix product.
@@ -125,12 +125,12 @@ def bootstrap(
     tail = (1 - level) / 2
     low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
     shape = values.shape[1:]
-    return flat.mean(0).reshape(shape), low.reshape(shape), high.reshape(shape)
+    return Interval(flat.mean(0).reshape(shape), low.reshape(shape), high.reshape(shape))
 
 
 def ratio_bootstrap(
     numerator: Tensor, denominator: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
-) -> tuple:
+) -> Interval:
     """The ratio of two means over the same prompts, mean(numerator) / mean(denominator), with a
     percentile bootstrap interval that resamples prompts for both at once: ``(ratio, low, high)``.
 
@@ -153,13 +153,13 @@ def ratio_bootstrap(
     low, high = torch.quantile(ratios, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0)
     estimate = ratio_of_means(numerator.double(), denominator.double(), 0)
     if not cells:
-        return estimate.item(), low.item(), high.item()
-    return estimate, low, high
+        return Interval(estimate.item(), low.item(), high.item())
+    return Interval(estimate, low, high)
 
 
 def bootstrap_statistic(
     statistic, *columns: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
-) -> tuple[float, float, float]:
+) -> Interval:
     """Any statistic of paired columns (say, the correlation of two scores over the same edges)
     with a percentile bootstrap interval that resamples rows jointly: ``(value, low, high)``."""
     n = len(columns[0])
@@ -176,7 +176,7 @@ def bootstrap_statistic(
     values = values[values.isfinite()]  # a resample with no spread has no correlation
     tail = (1 - level) / 2
     low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64))
-    return float(statistic(*columns)), low.item(), high.item()
+    return Interval(float(statistic(*columns)), low.item(), high.item())
 
 
 def pearson(x: Tensor, y: Tensor) -> float:
@@ -192,7 +192,7 @@ def _seed_values(values: Tensor | list[float]) -> Tensor:
     return torch.tensor([float(v) for v in values], dtype=torch.float64)
 
 
-def t_interval(values: Tensor | list[float], level: float = 0.95) -> tuple[float, float, float]:
+def t_interval(values: Tensor | list[float], level: float = 0.95) -> Interval:
     """The mean of a few independent values (one per training seed) with Student's t interval:
     ``(mean, low, high)``. With few seeds this is wide, and honestly so."""
     from scipy import stats as scipy_stats
@@ -202,12 +202,10 @@ def t_interval(values: Tensor | list[float], level: float = 0.95) -> tuple[float
         raise ValueError("an interval over seeds needs at least two seeds")
     half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std() / len(x) ** 0.5
     mean = x.mean().item()
-    return mean, mean - half.item(), mean + half.item()
+    return Interval(mean, mean - half.item(), mean + half.item())
 
 
-def welch_interval(
-    a: Tensor | list[float], b: Tensor | list[float], level: float = 0.95
-) -> tuple[float, float, float]:
+def welch_interval(a: Tensor | list[float], b: Tensor | list[float], level: float = 0.95) -> Interval:
     """The difference of two means over independent seeds, ``mean(a) - mean(b)``, with Welch's
     t interval (unequal variances): ``(difference, low, high)``."""
     from scipy import stats as scipy_stats
@@ -219,10 +217,10 @@ def welch_interval(
     dof = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
     half = scipy_stats.t.ppf(0.5 + level / 2, dof.item()) * (vx + vy).sqrt()
     difference = (x.mean() - y.mean()).item()
-    return difference, difference - half.item(), difference + half.item()
+    return Interval(difference, difference - half.item(), difference + half.item())
 
 
-def resample_interval(values: Tensor, level: float = 0.95) -> tuple[float, float, float]:
+def resample_interval(values: Tensor, level: float = 0.95) -> Interval:
     """``(estimate, low, high)`` of a statistic computed on all items (row 0) and on bootstrap
     resamples of them (the other rows), as ``tasks.resampled_scores`` lays scores out: any
     statistic of those scores, computed row by row, gets its percentile interval here."""
@@ -231,7 +229,7 @@ def resample_interval(values: Tensor, level: float = 0.95) -> tuple[float, float
         raise ValueError("an interval needs the estimate and at least two resamples")
     tail = (1 - level) / 2
     low, high = torch.quantile(values[1:], torch.tensor([tail, 1 - tail], dtype=torch.float64))
-    return values[0].item(), low.item(), high.item()
+    return Interval(values[0].item(), low.item(), high.item())
 
 
 def resampled_mean(values: Tensor, seed: int = 0) -> Tensor:
@@ -246,7 +244,7 @@ def resampled_mean(values: Tensor, seed: int = 0) -> Tensor:
     return torch.cat([values[:1].mean(1), values[1:].gather(1, picks).mean(1)])
 
 
-def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
+def wilson_interval(successes: int, n: int, level: float = 0.95) -> Interval:
     """A proportion with its Wilson score interval, which stays inside [0, 1] and is honest for
     a rare event (the normal approximation is not): ``(k / n, low, high)``."""
     if n <= 0:
@@ -255,7 +253,7 @@ def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float,
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
-    return p, max(0.0, centre - half), min(1.0, centre + half)
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half))
 
 
 def spearman(x: Tensor, y: Tensor) -> float:
