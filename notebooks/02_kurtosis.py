@@ -60,8 +60,6 @@ seed = 0  # [min 0]
 quick = False  # a small run for CI
 
 # %% tags=["setup"]
-import time
-import warnings
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -75,9 +73,7 @@ from resid import book, claims, exercises, experiments, progress, stats
 from resid.model import Transformer
 from resid.train import measure, run_history, train
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("kurtosis", seed)  # criteria, claims and checks; theme and seed
 sweep, regime = dict(experiments.SWEEP), experiments.REGIME
 
 
@@ -85,8 +81,6 @@ if quick:
     sweep = {name: experiments.quick_config(cfg) for name, cfg in list(sweep.items())[:3]}
     regime, seeds, fresh_seeds = experiments.quick_config(regime), (1, 2), (201, 202)
     n_sequences, n_rotations = 4, 2
-criteria = claims.load_criteria("kurtosis")
-claim_rows, check_rows = [], []
 
 # %% [markdown]
 # ## First, the metric itself
@@ -107,13 +101,13 @@ sanity = pd.DataFrame([
     {"activations": "4 coordinates scaled ×8", "kurtosis": stats.kurtosis_metric(heavy),
      "rotated (mean ± sd)": "{:.3f} ± {:.3f}".format(*controls["heavy"])},
 ])  # fmt: skip
-check_rows.append(claims.check(
+ledger.check(
     "the metric is ≈ 3 for Gaussian vectors and for any rotated vectors; heavy coordinates raise it",
     abs(sanity["kurtosis"][0] - 3) < 0.2 and max(abs(c[0] - 3) for c in controls.values()) < 0.2
     and sanity["kurtosis"][1] > 10,
     f"Gaussian {sanity['kurtosis'][0]:.2f}, heavy {sanity['kurtosis'][1]:.1f}, rotated "
     f"{controls['gaussian'][0]:.2f} and {controls['heavy'][0]:.2f}",
-))  # fmt: skip
+)  # fmt: skip
 sanity.style.format({"kurtosis": "{:.2f}"}).hide(axis="index")
 
 # %% [markdown]
@@ -157,11 +151,11 @@ formula_check = pd.DataFrame(rows).set_index("k")
 # with one or four, most tokens' heavy entries happen to be small, and the mean of the
 # per-token ratios falls far below the ratio of the moments.
 ratio = formula_check["measured"] / formula_check["formula"]
-check_rows.append(claims.check(
+ledger.check(
     "the formula holds for many heavy coordinates and overestimates the metric for few",
     (ratio.loc[[32, 64]] - 1).abs().max() < 0.1 and (ratio.loc[[1, 4]] < 0.8).all(),
     "measured / formula: " + ", ".join(f"k={k}: {r:.2f}" for k, r in ratio.items()),
-))  # fmt: skip
+)  # fmt: skip
 exercises.predict("2.1", formula(4, d, s_heavy))
 assert exercises.check("2.1", formula, formula_check["measured"].to_dict())
 formula_check.style.format("{:.1f}")
@@ -263,7 +257,7 @@ for run, step in crossing.items():
     else:  # nothing crossed before the step found, and something did at it
         first_is_first.append((group.loc[group.step < step, "kurtosis"] <= threshold).all()
                               and group.loc[group.step == step, "kurtosis"].max() > threshold)  # fmt: skip
-check_rows.append(claims.check("each crossing step found is the first", all(first_is_first)))
+ledger.check("each crossing step found is the first", all(first_is_first))
 assert exercises.check("2.2", first_crossing)
 pd.Series({run: "never" if step is None else int(step) for run, step in crossing.items()},
           name=f"first step with kurtosis > {threshold:g}").to_frame()  # fmt: skip
@@ -409,11 +403,11 @@ own = boundary_kurtosis(tiny_model, tiny_tokens)
 # the control: a rotated vector's entries are close to Gaussian whatever the model learned
 # (a little below 3 at this width: the sample kurtosis of d Gaussians averages 3(d-1)/(d+1))
 d_tiny = tiny.model.d_model
-check_rows.append(claims.check(
+ledger.check(
     "a trained model's rotated control is the Gaussian value whatever it learned",
     (own["rotated"] - 3 * (d_tiny - 1) / (d_tiny + 1)).abs().max() < 0.4,
     f"{own['rotated'].min():.2f} to {own['rotated'].max():.2f} against {3 * (d_tiny - 1) / (d_tiny + 1):.2f}",
-))  # fmt: skip
+)  # fmt: skip
 exercises.predict("2.3", "rotated")  # a rotated vector's entries are near Gaussian, whatever was learned
 assert exercises.check("2.3", boundary_kurtosis, model=tiny_model, tokens=tiny_tokens)
 own.style.format("{:.2f}").hide(axis="index")
@@ -426,11 +420,11 @@ own.style.format("{:.2f}").hide(axis="index")
 after_blocks = analysis[analysis.layer > 0]
 chosen = experiments.heaviest(analysis.assign(variant="regime"), "residual").set_index("seed")
 seed_cv = chosen["kurtosis"].std() / chosen["kurtosis"].mean() if len(seeds) > 1 else float("nan")
-check_rows.append(claims.check(
+ledger.check(
     "the rotated control of every boundary after a block is ≈ 3",
     bool((after_blocks["rotated mean"] - 3).abs().max() < (1.0 if quick else 0.2)),
     f"{after_blocks['rotated mean'].min():.2f} to {after_blocks['rotated mean'].max():.2f}",
-))  # fmt: skip
+)  # fmt: skip
 display(Markdown(
     f"Over the regime's {len(seeds)} seeds the heaviest boundary's kurtosis runs from "
     f"{chosen['kurtosis'].min():.1f} to {chosen['kurtosis'].max():.1f} (coefficient of variation "
@@ -472,8 +466,8 @@ def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, 
 
 excess = chosen["excess"].loc[list(seeds)].to_numpy(dtype=float)
 mine = t_interval(excess)
-check_rows.append(claims.check("a t interval by hand equals resid.stats.t_interval",
-                               np.allclose(mine, stats.t_interval(excess), rtol=1e-9)))  # fmt: skip
+ledger.check("a t interval by hand equals resid.stats.t_interval",
+             np.allclose(mine, stats.t_interval(excess), rtol=1e-9))  # fmt: skip
 if len(excess) >= 3:
     width = {n: scipy_stats.t.ppf(0.975, n - 1) / np.sqrt(n) for n in (3, len(excess))}
     print(
@@ -513,11 +507,11 @@ fresh = regime_analysis(fresh_seeds)
 fresh_chosen = experiments.heaviest(fresh.assign(variant="regime"), "residual").set_index("seed")
 fresh_fewest = fresh[fresh.layer > 0].groupby("seed")["outliers |x|>6 rms"].min()
 fresh_controls = fresh.loc[fresh.layer > 0, "rotated mean"]
-check_rows.append(claims.check(
+ledger.check(
     "fresh seeds: the rotated control of every boundary after a block is ≈ 3",
     bool((fresh_controls - 3).abs().max() < (1.0 if quick else 0.2)),
     f"{fresh_controls.min():.2f} to {fresh_controls.max():.2f}",
-))  # fmt: skip
+)  # fmt: skip
 
 
 def round_summary(heaviest: pd.DataFrame, fewest: pd.Series, run_seeds: tuple[int, ...]) -> dict:
@@ -543,7 +537,7 @@ display(pd.DataFrame({
 # chapter). They are never counted as reproductions.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-kurtosis)=
@@ -562,14 +556,13 @@ measured = {
     "privileged_basis_fresh": (fresh_chosen["excess"], "excess"),
     "outliers_every_layer_fresh": (fresh_fewest, "fewest outlier dims"),
 }
-for key, criterion in criteria.items():
+for key in ledger.criteria:
     values, what = measured[key]
-    mean, low, high = stats.t_interval(values.to_numpy(dtype=float))
-    claim_rows.append(claims.judge(criterion, mean, low, high, claims.interval_text(mean, low, high, what)))
-claims.table(claim_rows).style.hide(axis="index")
+    ledger.judge(key, stats.t_interval(values.to_numpy(dtype=float)), what)
+ledger.claims_table()
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts = ledger.verdicts
 mean_outliers = after_blocks["outliers |x|>6 rms"].mean()
 display(Markdown(
     f"**Takeaways.** The regime, trained with {len(seeds)} seeds it was not chosen on, ends with an excess "
@@ -587,18 +580,14 @@ display(Markdown(
 ))  # fmt: skip
 
 # %%
-results = {
-    "chapter": "kurtosis",
-    "quick": quick,
-    "regime": regime.key(),
-    "seeds": list(seeds),
-    "fresh_seeds": list(fresh_seeds),
-    "sweep": sweep_table.to_dict(orient="records"),
-    "regime_per_layer": per_layer.reset_index().to_dict(orient="records"),
-    "regime_seed_cv": seed_cv,
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
+results = ledger.results(
+    quick=quick,
+    regime=regime.key(),
+    seeds=list(seeds),
+    fresh_seeds=list(fresh_seeds),
+    sweep=sweep_table.to_dict(orient="records"),
+    regime_per_layer=per_layer.reset_index().to_dict(orient="records"),
+    regime_seed_cv=seed_cv,
+)
 rerun = {"seeds": seeds, "fresh_seeds": fresh_seeds, "n_sequences": n_sequences, "seed": seed}
 book.save_results(results, rerun=rerun)
