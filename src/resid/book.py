@@ -650,10 +650,11 @@ def site_notebooks(html: Path, handouts: Path = HANDOUTS_OUT, out_dir: Path = CH
         shutil.copyfile(out_dir / f"{name}.ipynb", html / "solutions" / f"{name}.ipynb")
 
 
-def start_chapter(chapter: str, seed: int = 0) -> claims.Ledger:
+def start_chapter(chapter: str, seed: int = 0, criteria: dict | None = None) -> claims.Ledger:
     """What every chapter's setup cell does: seed torch, set the figures' theme, quiet the
     progress bars' "IProgress not found" (the executed page shows no widget), and open the
-    chapter's ledger on its criteria (the file the runner names, else ``notebooks/criteria``)."""
+    chapter's ledger on its criteria (``criteria``, else the file the runner names, else
+    ``notebooks/criteria``)."""
     import warnings
 
     import seaborn as sns
@@ -662,7 +663,7 @@ def start_chapter(chapter: str, seed: int = 0) -> claims.Ledger:
     warnings.filterwarnings("ignore", message="IProgress not found")
     sns.set_theme(style="whitegrid", context="notebook")
     torch.manual_seed(seed)
-    return claims.Ledger(chapter)
+    return claims.Ledger(chapter, criteria)
 
 
 def save_results(results: dict, rerun: dict | None = None) -> None:
