@@ -66,8 +66,6 @@ quick = False  # a small run for CI
 
 # %% tags=["setup"]
 import functools
-import time
-import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -77,17 +75,11 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import book, claims, data, exercises, stats
+from resid import book, data, exercises, stats
 
-# transformers imports tqdm's notebook bar, which warns without ipywidgets; we show no bars here.
-warnings.filterwarnings("ignore", message="IProgress not found")
+ledger = book.start_chapter("outliers", seed)  # criteria, claims and checks; theme and seed
 if quick:
     n_tokens, n_rotations = 1024, 2
-torch.manual_seed(seed)
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
-criteria = claims.load_criteria("outliers")
-claim_rows, check_rows = [], []
 
 # %% [markdown]
 # ## The residual stream, layer by layer
@@ -236,12 +228,12 @@ def my_kurtosis(acts: torch.Tensor) -> float:
 
 layer = min(5, n_boundaries - 1)
 gaussian = torch.randn(n_measured, d_model, generator=torch.Generator().manual_seed(seed))
-check_rows.append(claims.check(
+ledger.check(
     "the metric from its formula matches resid.stats, and is ≈ 3 on Gaussian noise",
     abs(my_kurtosis(resid_stream[layer]) - stats.kurtosis_metric(resid_stream[layer])) < 1e-3 * kurt[layer]
     and abs(my_kurtosis(gaussian) - 3) < 0.05,
     f"boundary {layer}: {my_kurtosis(resid_stream[layer]):.2f}; Gaussian {my_kurtosis(gaussian):.3f}",
-))  # fmt: skip
+)  # fmt: skip
 print(f"boundary {layer}: {my_kurtosis(resid_stream[layer]):.2f}; Gaussian: {my_kurtosis(gaussian):.3f}")
 assert exercises.check("1.1", my_kurtosis)
 
@@ -277,13 +269,13 @@ rotation = my_rotation(d_model, torch.Generator().manual_seed(seed + 1))
 heaviest = int(kurt.argmax())
 x = resid_stream[heaviest].double()
 rotated_kurt = stats.kurtosis_metric(x @ rotation)
-check_rows.append(claims.check(
+ledger.check(
     "a hand-built Haar rotation is orthogonal, keeps every token's norm, and brings the metric to ≈ 3",
     torch.allclose(rotation.T @ rotation, torch.eye(d_model, dtype=torch.float64), atol=1e-10)
     and torch.allclose((x @ rotation).norm(dim=-1), x.norm(dim=-1), rtol=1e-9)
     and abs(rotated_kurt - 3) < 0.3,
     f"boundary {heaviest}: {kurt[heaviest]:.1f} -> {rotated_kurt:.3f}",
-))  # fmt: skip
+)  # fmt: skip
 print(f"boundary {heaviest}: kurtosis {kurt[heaviest]:.1f} -> {rotated_kurt:.3f} after the rotation "
       "(the heaviest layer changes most: a rotation maps every layer to about 3)")  # fmt: skip
 assert exercises.check("1.2", my_rotation)
@@ -387,9 +379,9 @@ predicted = d * (a**4 + 3 * (d - 1)) / (a**2 + d - 1) ** 2
 vectors = torch.randn(1000, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 vectors[:, 0] = a
 measured = stats.kurtosis_metric(vectors)
-check_rows.append(claims.check("one coordinate at a = 100 among Gaussians: the metric as predicted",
-                               abs(measured - predicted) < 0.05 * predicted,
-                               f"predicted {predicted:.0f}, measured {measured:.0f}"))  # fmt: skip
+ledger.check("one coordinate at a = 100 among Gaussians: the metric as predicted",
+             abs(measured - predicted) < 0.05 * predicted,
+             f"predicted {predicted:.0f}, measured {measured:.0f}")  # fmt: skip
 print(f"a = {a:g}: predicted {predicted:.0f}, measured {measured:.0f}")
 
 x = resid_stream[heaviest]
@@ -404,11 +396,11 @@ def kurtosis_without(acts: torch.Tensor, dim: int) -> float:
 
 
 k_largest, k_typical = kurtosis_without(x, largest_entry_dim), kurtosis_without(x, typical_dim)
-check_rows.append(claims.check(
+ledger.check(
     "zeroing the dimension large on the median token lowers the metric most",
     (typical_dim == largest_entry_dim or k_typical < k_largest) and k_typical < 0.5 * kurt[heaviest],
     f"without dim {largest_entry_dim}: {k_largest:.1f}; without dim {typical_dim}: {k_typical:.1f}",
-))  # fmt: skip
+)  # fmt: skip
 print(f"boundary {heaviest}: kurtosis {kurt[heaviest]:.1f}; without dim {largest_entry_dim} (largest entry) "
       f"{k_largest:.1f}; without dim {typical_dim} (largest on the median token) {k_typical:.1f}. "
       "The metric averages over tokens: a dimension large on every token moves it, a huge entry on "
@@ -450,11 +442,11 @@ def scale_free_outliers(acts: torch.Tensor, threshold: float) -> torch.Tensor:
 x = resid_stream[int(kurt.argmax())]
 mine, scaled = scale_free_outliers(x, 6.0), scale_free_outliers(10 * x, 6.0)
 absolute, absolute_scaled = stats.outlier_dims(x), stats.outlier_dims(10 * x)
-check_rows.append(claims.check(
+ledger.check(
     "scale-free outliers by hand equal resid.stats', and do not move when the stream is scaled",
     torch.equal(mine, stats.outlier_dims(x, relative=True)) and torch.equal(mine, scaled),
     f"{len(mine)} dims at ×1 and ×10; the absolute test: {len(absolute)} and {len(absolute_scaled)}",
-))  # fmt: skip
+)  # fmt: skip
 print(f"scale-free: {len(mine)} dims, the same after ×10; absolute |x| > 6: {len(absolute)} dims, "
       f"{len(absolute_scaled)} after ×10")  # fmt: skip
 exercises.predict("1.4", "no")
@@ -500,25 +492,25 @@ second_ids = data.token_ids(text, second.tokenizer)
 second_windows = data.windows(second_ids, seq_len, n_windows, seed=seed, bos=second_bos)
 readings[second_model] = read(second.residual_stream(second_windows))
 del second
-check_rows.append(claims.check(
+ledger.check(
     "the new windows share no window with the ones read above",
     not set(map(tuple, tokens.tolist())) & set(map(tuple, held_out.tolist())),
     f"{n_windows} + {n_windows} windows of {seq_len} tokens",
-))  # fmt: skip
-check_rows.append(claims.check(
+)  # fmt: skip
+ledger.check(
     f"{second_model}: every window starts with its BOS token, as the model was trained",
     second_bos is not None and bool((second_windows[:, 0] == second_bos).all()),
     f"BOS id {second_bos}",
-))  # fmt: skip
-check_rows.append(claims.check(
+)  # fmt: skip
+ledger.check(
     "every reading has scale-free outlier dimensions (the former claim 'outliers present')",
     all(bool(r["outliers"].any()) for r in readings.values()),
-))  # fmt: skip
-check_rows.append(claims.check(
+)  # fmt: skip
+ledger.check(
     "window by window, the windows above give back the whole sample's outlier sets and kurtosis",
     bool((readings[above]["outliers"].any(0).sum(-1).numpy() == relative).all())
     and np.allclose(readings[above]["kurtosis"].mean(0).numpy(), kurt, rtol=1e-4),
-))  # fmt: skip
+)  # fmt: skip
 profiles = pd.concat([
     pd.DataFrame({
         "reading": name,
@@ -554,9 +546,9 @@ plt.show()
 
 # %% tags=["checks"]
 control_gap = np.abs(control[:, 0] - 3).max()
-check_rows.append(claims.check("the rotated control is ≈ 3 at every boundary", control_gap < 0.3,
-                               f"{control[:, 0].min():.3f} to {control[:, 0].max():.3f}"))  # fmt: skip
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.check("the rotated control is ≈ 3 at every boundary", control_gap < 0.3,
+             f"{control[:, 0].min():.3f} to {control[:, 0].max():.3f}")  # fmt: skip
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-outliers)=
@@ -613,24 +605,21 @@ rounds = {  # the suffix of a criterion's id -> the reading it judges
     "_heldout": f"{model_name}, new windows",
     "_gemma": second_model,
 }
-for key, criterion in criteria.items():
+for key in ledger.criteria:
     claim, suffix = next((key.removesuffix(s), s) for s in ("_heldout", "_gemma", "") if key.endswith(s))
     statistic, column, what = measured[claim]
     reading = readings[rounds[suffix]]
     if claim == "kurtosis_every_block":
         statistic = functools.partial(smallest_excess, control=reading["control"])
     n_resamples = 200 if quick else 2000
-    estimate, low, high = stats.bootstrap_statistic(statistic, reading[column], n_resamples=n_resamples)
-    ours = f"{what} {estimate:.3g} [{low:.3g}, {high:.3g}]"
-    claim_rows.append(claims.judge(criterion, estimate, low, high, ours))
-claims.table(claim_rows).style.hide(axis="index")
+    ledger.judge(key, stats.bootstrap_statistic(statistic, reading[column], n_resamples=n_resamples), what)
+ledger.claims_table()
 
 # %% [markdown]
 # **Takeaways**, computed from the measurements above.
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
-estimates = {row["id"]: row["estimate"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts, estimates = ledger.verdicts, ledger.estimates
 typical_abs = np.median(absolute[blocks])
 display(Markdown(
     f"- After every block of {model_name} the residual stream's kurtosis is at least "
@@ -665,31 +654,29 @@ display(Markdown(
 ))  # fmt: skip
 
 # %%
-results = {
-    "chapter": "outliers",
-    "model": model_name,
-    "corpus": corpus_name,
-    "corpus_sha256_16": data.text_hash(text),
-    "n_tokens": int(n_measured),
-    "seed": seed,
-    "quick": quick,
-    "kurtosis": kurt.tolist(),
-    "rotated_kurtosis_mean": control[:, 0].tolist(),
-    "rotated_kurtosis_sd": control[:, 1].tolist(),
-    "outlier_dims_absolute": absolute.tolist(),
-    "outlier_dims_relative": relative.tolist(),
-    "residual_rms": rms.tolist(),
-    "max_abs": massive["max |x|"].tolist(),
-    "max_abs_dim": massive["dim"].tolist(),
-    "second_model": second_model,
-    "profiles": {
-        reading: profile.drop(columns="reading").to_dict("list")
-        for reading, profile in profiles.groupby("reading", sort=False)
-    },  # fmt: skip
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
+results = ledger.results(
+    **{
+        "model": model_name,
+        "corpus": corpus_name,
+        "corpus_sha256_16": data.text_hash(text),
+        "n_tokens": int(n_measured),
+        "seed": seed,
+        "quick": quick,
+        "kurtosis": kurt.tolist(),
+        "rotated_kurtosis_mean": control[:, 0].tolist(),
+        "rotated_kurtosis_sd": control[:, 1].tolist(),
+        "outlier_dims_absolute": absolute.tolist(),
+        "outlier_dims_relative": relative.tolist(),
+        "residual_rms": rms.tolist(),
+        "max_abs": massive["max |x|"].tolist(),
+        "max_abs_dim": massive["dim"].tolist(),
+        "second_model": second_model,
+        "profiles": {
+            reading: profile.drop(columns="reading").to_dict("list")
+            for reading, profile in profiles.groupby("reading", sort=False)
+        },  # fmt: skip
+    }
+)
 book.save_results(
     results,
     rerun={"model_name": model_name, "second_model": second_model, "n_tokens": n_tokens, "seed": seed},

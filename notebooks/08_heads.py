@@ -65,8 +65,6 @@ seed = 0  # [min 0]
 quick = False  # a small run for CI
 
 # %% tags=["setup"]
-import time
-import warnings
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -78,19 +76,14 @@ import torch.nn.functional as F
 from IPython.display import Markdown, display
 
 import resid
-from resid import book, claims, data, exercises, experiments, heads, hooks, progress, stats
+from resid import book, data, exercises, experiments, heads, hooks, progress, stats
 from resid.cache import Head
 from resid.train import PRESETS, measure, train
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("heads", seed)  # criteria, claims and checks; theme and seed
 if quick:
     n_sequences, n_vocab_sample, n_windows, n_random_draws, seeds = 4, 100, 3, 2, (1, 2)
     fresh_seeds, fresh_byte_seeds = (401, 402), (201, 202)
-_ = torch.manual_seed(seed)
-criteria = claims.load_criteria("heads")
-claim_rows, check_rows = [], []
 
 # %% [markdown]
 # ## Induction heads forming, in a model trained here
@@ -202,8 +195,8 @@ layer, head = int(best.layer), int(best["head"])
 _, pattern_cache = small.model.run_with_cache(small_tokens, [f"blocks.{layer}.attn.hook_pattern"])
 pattern = pattern_cache[f"blocks.{layer}.attn.hook_pattern"][:, head]  # [batch, query, key]
 my_score = induction_score(pattern, period)
-check_rows.append(claims.check("an induction score by hand equals heads.head_scores",
-                               abs(my_score - best["induction"]) < 1e-5))  # fmt: skip
+ledger.check("an induction score by hand equals heads.head_scores",
+             abs(my_score - best["induction"]) < 1e-5)  # fmt: skip
 print(f"{Head(layer, head)}: {my_score:.3f} by hand, {best['induction']:.3f} from heads.head_scores")
 assert exercises.check("8.1", induction_score)
 
@@ -232,10 +225,10 @@ scores = heads.head_scores(model, repeated, period)
 induction_per_prompt = torch.tensor(np.stack([
     heads.head_scores(model, sequence[None], period)["induction"].to_numpy() for sequence in repeated
 ]))  # [sequence, head]  # fmt: skip
-check_rows.append(claims.check(
+ledger.check(
     "the per-sequence induction scores average to the batch's",
     np.allclose(induction_per_prompt.mean(0).numpy(), scores["induction"].to_numpy(), atol=1e-5),
-))  # fmt: skip
+)  # fmt: skip
 
 # %% tags=["plot"] alt="Three heatmaps over SmolLM2's layers and heads: previous-token, duplicate-token and induction scores."
 fig, axes = plt.subplots(1, 3, figsize=(10, 5.5), sharey=True)
@@ -323,12 +316,12 @@ small_first, small_repeat = heads.in_context_losses(
 bounds = {"small model": np.log(256), model_name: np.log(n_vocab_sample)}
 # the cross-entropy with uniform tokens is at least their entropy, ln(number of choices); the
 # averages here are over a few hundred tokens, so allow a little sampling noise
-check_rows.append(claims.check(
+ledger.check(
     "no model beats the first pass's entropy bound ln K (to sampling noise)",
     small_first > bounds["small model"] - 0.1 and first_pass > bounds[model_name] - 0.1,
     f"small model {small_first:.2f} vs {bounds['small model']:.2f}; {model_name} {first_pass:.2f} vs "
     f"{bounds[model_name]:.2f}",
-))  # fmt: skip
+)  # fmt: skip
 losses_vs_bound = pd.DataFrame({
     "bound ln K": bounds,
     "first pass": {"small model": small_first, model_name: first_pass},
@@ -454,8 +447,8 @@ def copying_score(ov: torch.Tensor) -> float:
 
 
 my_copying = copying_score(ov)
-check_rows.append(claims.check("a copying score by hand equals heads.copy_scores",
-                               abs(my_copying - copier["copying"]) < 1e-6))  # fmt: skip
+ledger.check("a copying score by hand equals heads.copy_scores",
+             abs(my_copying - copier["copying"]) < 1e-6)  # fmt: skip
 is_induction = (layer, head) in top5
 print(f"{Head(layer, head)}: copying {my_copying:.0%} by hand; "
       + ("it is one of the top-5 induction heads" if is_induction else
@@ -667,8 +660,8 @@ best_previous = small_scores.loc[small_scores["previous"].idxmax()]
 layer, head = int(best_previous.layer), int(best_previous["head"])
 _, pattern_cache = small.model.run_with_cache(small_tokens, [f"blocks.{layer}.attn.hook_pattern"])
 mine = previous_token_score(pattern_cache[f"blocks.{layer}.attn.hook_pattern"][:, head])
-check_rows.append(claims.check("a previous-token score by hand equals heads.head_scores",
-                               abs(mine - best_previous["previous"]) < 1e-5))  # fmt: skip
+ledger.check("a previous-token score by hand equals heads.head_scores",
+             abs(mine - best_previous["previous"]) < 1e-5)  # fmt: skip
 print(f"{Head(layer, head)}: {mine:.3f} by hand, {best_previous['previous']:.3f} from heads.head_scores")
 assert exercises.check("8.4", previous_token_score)
 
@@ -765,7 +758,7 @@ for s in fresh_byte_seeds:
 # chapter). They are never counted as reproductions.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-heads)=
@@ -779,18 +772,18 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 n_resamples = 200 if quick else 2000
 
 
-def seed_interval(values) -> tuple[float, float, float]:
+def seed_interval(values) -> stats.Interval:
     return stats.t_interval(np.asarray(values, dtype=float))
 
 
-def formed_interval(values) -> tuple[float, float, float]:
+def formed_interval(values) -> stats.Interval:
     """A t-interval over the seeds where the mechanism formed; unmeasured (so inconclusive) where
     fewer than two did, since how it forms cannot be read where it did not."""
-    return seed_interval(values) if len(values) >= 2 else (float("nan"),) * 3
+    return seed_interval(values) if len(values) >= 2 else stats.Interval(*(float("nan"),) * 3)
 
 
-def bootstrap_mean(values: torch.Tensor) -> tuple[float, float, float]:
-    return tuple(v.item() for v in stats.bootstrap(values, n_resamples=n_resamples))
+def bootstrap_mean(values: torch.Tensor) -> stats.Interval:
+    return stats.bootstrap(values, n_resamples=n_resamples).item()
 
 
 def best_induction(per_prompt: torch.Tensor) -> float:
@@ -848,19 +841,16 @@ measured = {  # criterion id -> ((estimate, low, high), what it is)
         stats.bootstrap_statistic(ratio_of_means, *second_outlier_increase, n_resamples=n_resamples),
         "ratio"),
 }  # fmt: skip
-for key, criterion in criteria.items():
-    (estimate, low, high), what = measured[key]
-    estimate, low, high = float(estimate), float(low), float(high)
-    ours = claims.interval_text(estimate, low, high, what)
-    claim_rows.append(claims.judge(criterion, estimate, low, high, ours))
-claims.table(claim_rows).style.hide(axis="index")
+for key in ledger.criteria:
+    interval, what = measured[key]
+    ledger.judge(key, interval, what)
+ledger.claims_table()
 
 # %% [markdown]
 # **Takeaways**, computed from the rows above.
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
-estimates = {row["id"]: row["estimate"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts, estimates, claim_rows = ledger.verdicts, ledger.estimates, ledger.claims
 suppressor_name = str(Head(int(suppressor.layer), int(suppressor["head"])))
 display(Markdown(
     f"- **Induction.** In the two-layer model the repeat's loss makes 80% of its fall within "
@@ -887,7 +877,7 @@ display(Markdown(
     f"{estimates['outlier_ablation']:.1f}× as much as zeroing as many non-outlier dimensions of the closest "
     f"magnitude ({verdicts['outlier_ablation']} against 'far more', 5×)."
 ))  # fmt: skip
-fresh_ids = [key for key in criteria if key.endswith(("_heldout", "_gemma", "_fresh"))]
+fresh_ids = [key for key in ledger.criteria if key.endswith(("_heldout", "_gemma", "_fresh"))]
 display(Markdown(
     "**The confirmatory round** decides these claims:\n\n"
     + "\n".join(f"- {row['claim']}: {row['ours']}, **{row['verdict']}**"
@@ -899,27 +889,25 @@ display(Markdown(
 ))  # fmt: skip
 
 # %%
-results = {
-    "chapter": "heads",
-    "quick": quick,
-    "model": model_name,
-    "two_layer_by_seed": small_by_seed.reset_index().to_dict(orient="records"),
-    "small_model_scores": small_scores.to_dict(orient="records"),
-    "smollm2_top_induction": top_induction.to_dict(orient="records"),
-    "repeat_loss": {
-        "first": first_pass,
-        "repeat": repeat_pass,
-        "held_out_undone_top5": undone_top,
-        "held_out_undone_random5": undone_random,
-    },
-    "copy": {"suppressor": suppressor.to_dict(), "copier": copier.to_dict()},
-    "bigram": bigram_table.to_dict(orient="records"),
-    "outlier_dims": outliers,
-    "outlier_ablation": summary.to_dict(orient="records"),
-    "fresh_two_layer": fresh_two_layer.reset_index().to_dict(orient="records"),
-    "second_model_outlier_dims": second_outliers,
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
+results = ledger.results(
+    **{
+        "quick": quick,
+        "model": model_name,
+        "two_layer_by_seed": small_by_seed.reset_index().to_dict(orient="records"),
+        "small_model_scores": small_scores.to_dict(orient="records"),
+        "smollm2_top_induction": top_induction.to_dict(orient="records"),
+        "repeat_loss": {
+            "first": first_pass,
+            "repeat": repeat_pass,
+            "held_out_undone_top5": undone_top,
+            "held_out_undone_random5": undone_random,
+        },
+        "copy": {"suppressor": suppressor.to_dict(), "copier": copier.to_dict()},
+        "bigram": bigram_table.to_dict(orient="records"),
+        "outlier_dims": outliers,
+        "outlier_ablation": summary.to_dict(orient="records"),
+        "fresh_two_layer": fresh_two_layer.reset_index().to_dict(orient="records"),
+        "second_model_outlier_dims": second_outliers,
+    }
+)
 book.save_results(results, rerun={"model_name": model_name, "n_sequences": n_sequences, "seed": seed})

@@ -69,26 +69,17 @@ seed = 0  # [min 0] which windows of the corpus are read, and which IOI prompts 
 quick = False  # a small run for CI
 
 # %% tags=["setup"]
-import time
-import warnings
-
 import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import behaviours, book, claims, data, exercises, lenses, stats
+from resid import behaviours, book, data, exercises, lenses, stats
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("lenses", seed)  # criteria, claims and checks; theme and seed
 if quick:
     n_train_windows, n_eval_windows, window_length, lens_steps, n_ioi, n_resamples = 8, 4, 32, 3, 24, 200
-torch.manual_seed(seed)
-criteria = claims.load_criteria("lenses")
-claim_rows, check_rows = [], []
 models = {name: resid.load(name) for name in (model_name, second_model)}
 for name, m in models.items():
     print(f"{name}: {m.cfg.n_layers} blocks, d_model {m.cfg.d_model}, vocabulary {m.cfg.vocab_size:,}")
@@ -135,10 +126,10 @@ for name, rows in histories.groupby("model"):
     if lens_steps < 20:  # too few steps to tell a trend from the batches' noise (the quick run)
         continue
     start, end = rows.kl.iloc[:5].mean(), rows.kl.iloc[-5:].mean()
-    check_rows.append(claims.check(
+    ledger.check(
         f"{name}: the KL training lowers the training KL below its least-squares start",
         end < start, f"first five steps {start:.3f}, last five {end:.3f} nats",
-    ))  # fmt: skip
+    )  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 13.1: the KL a lens is judged by
@@ -211,10 +202,10 @@ for name, m in models.items():
     for lens_name, lens in (("logit lens", None), ("tuned lens", lens_of[name])):
         kl[name, lens_name] = lenses.kl_to_final(m, eval_windows[name], lens, stride=eval_stride)
         last = kl[name, lens_name][-1].abs().max().item()
-        check_rows.append(claims.check(
+        ledger.check(
             f"{name}: the {lens_name} at the last boundary is the model itself", last < 1e-3,
             f"KL {last:.1e}",
-        ))  # fmt: skip
+        )  # fmt: skip
 kl_table = pd.DataFrame([
     {"model": name, "lens": lens_name, "boundary": b, "KL (nats)": values[b].mean().item()}
     for (name, lens_name), values in kl.items() for b in range(values.shape[0])
@@ -240,11 +231,11 @@ exercises.predict("13.4", 15)
 farthest = int(kl[model_name, "logit lens"].mean(1).argmax())
 assert exercises.check("13.4", farthest, logit_kl=kl[model_name, "logit lens"])
 
-# %% tags=["plot"] alt="Two panels, SmolLM2 and Gemma-3-270M, of the KL divergence from each lens to the model's output at every layer boundary, logit lens against tuned lens, on a log scale."
+# %% tags=["plot"] alt="Two panels, SmolLM2 and Gemma-3-270M, of the KL divergence from each lens to the model's output at every layer boundary before the last (where both are the output), logit lens against tuned lens, on a log scale."
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for ax, name in zip(axes, models, strict=True):
     for lens_name, color in (("logit lens", "C0"), ("tuned lens", "C1")):
-        values = kl[name, lens_name]
+        values = kl[name, lens_name][:-1]  # the last boundary is the output itself: KL 0, off a log axis
         mean, low, high = stats.bootstrap(values.T, n_resamples=n_resamples)
         ax.plot(range(len(mean)), mean, marker=".", color=color, label=lens_name)
         ax.fill_between(range(len(mean)), low, high, color=color, alpha=0.25)
@@ -283,10 +274,10 @@ for task, tokens, answers in (("capital", capital_set.tokens, capital_set.answer
     first = {lens_name: lenses.first_decoding(table) for lens_name, table in top1.items()}
     tasks[task] = {"top1": top1, "first": first, "n": int(right.sum()), "of": len(answers)}
     print(f"{task}: {int(right.sum())} of {len(answers)} prompts answered right")
-    check_rows.append(claims.check(
+    ledger.check(
         f"{task}: every prompt kept decodes at the last boundary with both lenses (there, the model)",
         all(bool((f <= L).all()) for f in first.values()), f"{int(right.sum())} prompts",
-    ))  # fmt: skip
+    )  # fmt: skip
 
 # %% tags=["plot"] alt="Two panels, capital prompts and IOI prompts: the share of prompts whose answer is each lens's top-1 at every layer boundary, and (dashed) the share from which it stays top-1 to the end."
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
@@ -356,7 +347,7 @@ pd.DataFrame([
 # chapter). They are never counted as reproductions.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-lenses)=
@@ -370,38 +361,31 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 # %%
 for key, name in (("tuned_closer", model_name), ("tuned_closer_gemma", second_model)):
     gap = (kl[name, "logit lens"] - kl[name, "tuned lens"])[:-1].T  # [window, boundary before the last]
-    estimate, low, high = stats.bootstrap_statistic(
-        lambda g: g.mean(0).min().item(), gap, n_resamples=n_resamples
-    )
+    smallest = stats.bootstrap_statistic(lambda g: g.mean(0).min().item(), gap, n_resamples=n_resamples)
     weakest = int(gap.mean(0).argmin())
-    ours = f"smallest gap {estimate:.3g} [{low:.3g}, {high:.3g}] nats, at boundary {weakest}"
-    claim_rows.append(claims.judge(criteria[key], estimate, low, high, ours))
+    ledger.judge(key, smallest, ours=f"smallest gap {smallest.text()} nats, at boundary {weakest}")
 for task, prefix in (("capital", "capital"), ("IOI", "ioi")):
     first = tasks[task]["first"]
     before = (first["tuned lens"] < L).double()
-    estimate, low, high = (v.item() for v in stats.bootstrap(before, n_resamples=n_resamples))
-    row = claims.judge(criteria[f"{prefix}_before_last"], estimate, low, high,
-                       f"{estimate:.0%} [{low:.0%}, {high:.0%}] of {len(before)} prompts")  # fmt: skip
-    claim_rows.append(row)
+    decoded_early = stats.bootstrap(before, n_resamples=n_resamples).item()
+    row = ledger.judge(f"{prefix}_before_last", decoded_early,
+                       ours=f"{decoded_early.text(fmt='.0%')} of {len(before)} prompts")  # fmt: skip
     earlier = (first["logit lens"] - first["tuned lens"]).double()
-    estimate, low, high = (v.item() for v in stats.bootstrap(earlier, n_resamples=n_resamples))
-    claim_rows.append(claims.judge(criteria[f"{prefix}_tuned_earlier"], estimate, low, high,
-                                   f"{estimate:+.1f} [{low:+.1f}, {high:+.1f}] boundaries"))  # fmt: skip
-    share = first["tuned lens"].double() / L
-    estimate, low, high = (v.item() for v in stats.bootstrap(share, n_resamples=n_resamples))
-    ours = f"{estimate:.2f} [{low:.2f}, {high:.2f}] of the depth"
+    sooner = stats.bootstrap(earlier, n_resamples=n_resamples).item()
+    ledger.judge(f"{prefix}_tuned_earlier", sooner, ours=f"{sooner.text(fmt='+.1f')} boundaries")
+    share = stats.bootstrap(first["tuned lens"].double() / L, n_resamples=n_resamples).item()
+    ours = f"{share.text(fmt='.2f')} of the depth"
     if row["verdict"] != "reproduced":  # the criterion's rule: nothing decodes early enough to judge
         ours += f" (not judged: {prefix}_before_last is {row['verdict']})"
-        low = high = float("nan")
-    claim_rows.append(claims.judge(criteria[f"{prefix}_late"], estimate, low, high, ours))
-claims.table(claim_rows).style.hide(axis="index")
+        share = stats.Interval(share.estimate, float("nan"), float("nan"))
+    ledger.judge(f"{prefix}_late", share, ours=ours)
+ledger.claims_table()
 
 # %% [markdown]
 # **Takeaways**, computed from the measurements above.
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
-estimates = {row["id"]: row["estimate"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts, estimates = ledger.verdicts, ledger.estimates
 mean_kl = kl_table.groupby(["model", "lens"])["KL (nats)"].mean()
 lines = [
     f"- **Closer everywhere?** Averaged over boundaries, the logit lens reads SmolLM2 "
@@ -427,18 +411,14 @@ for task, prefix in (("capital", "capital"), ("IOI", "ioi")):
 display(Markdown("\n".join(lines)))  # fmt: skip
 
 # %%
-results = {
-    "chapter": "lenses",
-    "quick": quick,
-    "models": list(models),
-    "fits": {name: {"key": fit.key(), **vars(fit)} for name, fit in fits.items()},
-    "kl": kl_table.to_dict("records"),
-    "decoding": {
+results = ledger.results(
+    quick=quick,
+    models=list(models),
+    fits={name: {"key": fit.key(), **vars(fit)} for name, fit in fits.items()},
+    kl=kl_table.to_dict("records"),
+    decoding={
         task: {lens_name: first.tolist() for lens_name, first in found["first"].items()}
         for task, found in tasks.items()
-    },  # fmt: skip
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
+    },
+)
 book.save_results(results, rerun={"model_name": model_name, "second_model": second_model, "seed": seed})
