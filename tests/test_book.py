@@ -36,8 +36,8 @@ def test_every_chapter_is_in_the_table_of_contents():
 
 def test_every_chapter_has_exercises_with_checked_solutions():
     """At least three per chapter, each solution a hidden cell whose assertion (an ``assert``,
-    or a ``claims.check`` that also lists it among the chapter's checks) the chapter's execution
-    checks (the quick run below, and every build)."""
+    or a check that also lists it among the chapter's checks: ``ledger.check``, or the older
+    ``claims.check``) the chapter's execution checks (the quick run below, and every build)."""
     for name in book.chapters():
         text = book.source(name).read_text()
         assert len(re.findall(r"^# ### Exercise", text, re.M)) >= 3, name
@@ -45,7 +45,7 @@ def test_every_chapter_has_exercises_with_checked_solutions():
         assert len(solutions) >= 3, name
         for solution in solutions:
             code = solution.split("\n# %%", 1)[0]
-            asserts = re.search(r"^\s*assert ", code, re.M) or "claims.check(" in code
+            asserts = re.search(r"^\s*assert ", code, re.M) or re.search(r"\b(ledger|claims)\.check\(", code)
             assert asserts, f"{name}: a solution asserts nothing"
         assert f"(claims-{name})=" in text, f"{name} lacks the label of its claims table"
 
@@ -153,7 +153,7 @@ def test_a_chapter_is_stale_when_its_source_changes_or_its_json_disagrees(tmp_pa
     path = out / "demo.ipynb"
     out.mkdir()
     record = book.fingerprint("demo", {}, notebooks) | {"package_commit": "unknown", "executed": "now"}
-    executed = book._source_notebook("demo", notebooks)
+    executed = book.source_notebook("demo", notebooks)
     executed.metadata["resid"] = record
     nbformat.write(executed, path)
     assert "demo.json is missing" in book.chapter_status("demo", out, notebooks).why
@@ -615,3 +615,30 @@ def test_the_replication_queue_trains_the_three_norms_on_seeds_no_chapter_used(c
     experiments.main(["queue", "replication", "--estimate"])
     out = capsys.readouterr().out
     assert "replication: 15 runs, 15 without a record" in out and "2.5 h" in out
+
+
+def test_the_rotations_queue_trains_new_runs_first_and_retrains_those_whose_weights_it_needs(
+    capsys, tmp_path, monkeypatch
+):
+    import shutil
+
+    from resid import experiments, records
+
+    jobs = experiments.rotations_design()
+    assert len({cfg.key() for *_, cfg in jobs}) == 30
+    parts = [part for part, *_ in jobs]
+    assert not any("weights" in part for part in parts[:20]) and all("weights" in part for part in parts[20:])
+    # the runs whose weights the chapter rotates are the Kurtosis chapter's regime runs
+    assert {cfg.key() for part, *_, cfg in jobs if "weights" in part} == {
+        experiments.variant(name, seed).key() for name in ("basisfree", "layernorm") for seed in range(1, 6)
+    }
+    monkeypatch.setenv(records.ENV, str(tmp_path / "runs"))
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))  # nothing cached here
+    (tmp_path / "runs").mkdir()
+    recorded = experiments.variant("basisfree", 1).key()
+    shutil.copy(ROOT / "book" / "runs" / f"{recorded}.json", tmp_path / "runs")
+    monkeypatch.setattr("resid.train.estimated_seconds", lambda cfg: 600.0)
+    experiments.main(["queue", "rotations", "--estimate"])
+    out = capsys.readouterr().out
+    assert "rotations: 30 runs, 29 without a record" in out
+    assert "1 recorded whose weights the chapter needs and this machine lacks" in out and "5.0 h" in out

@@ -246,6 +246,23 @@ def test_4_2():
     assert not passes("4.2", not_a_rotation)
 
 
+def centre_writes(model, over: int = 0):
+    centred = copy.deepcopy(model)
+    with torch.no_grad():
+        for embedding in (centred.embed, centred.pos_embed):
+            embedding.weight -= embedding.weight.mean(-1, keepdim=True)
+        for block in centred.blocks:
+            for writer in (block.attn.W_O, block.mlp.W_out):  # [d_model, in]: centre each column
+                writer.weight -= writer.weight.mean(over, keepdim=True)
+    return centred
+
+
+def test_4_4():
+    assert passes("4.4", centre_writes, prediction="float noise")
+    assert not passes("4.4", lambda m: centre_writes(m, over=1))  # each row centred, not each column
+    assert not passes("4.4", copy.deepcopy)  # nothing centred
+
+
 def test_4_3(tokens):
     model = tiny(norm="basisfree", rotation="shared")
     names = [f"blocks.{i}.hook_resid_mid" for i in range(4)]
@@ -551,13 +568,18 @@ def test_every_exercise_in_the_chapters_is_registered_with_a_starter_that_checks
         starters = [c for c in book.handout(name).cells if "starter" in c.metadata.get("tags", [])]
         checked = {m for c in starters for m in re.findall(r'exercises\.check\("(\d+\.\d+)"', c.source)}
         assert checked == set(numbers), f"{name}: starters check {sorted(checked)}, exercises {numbers}"
-    assert sorted(in_chapters) == sorted(exercises.EXERCISES), "an exercise without a check, or the reverse"
     drafts = book.NOTEBOOKS / "drafts"  # a draft carries the exercises of the chapter it supersedes
+    in_drafts = []  # and may add some, registered ahead of its promotion
     for name in book.chapters(drafts):
         numbers = re.findall(r"^# ### Exercise (\d+\.\d+)", book.source(name, drafts).read_text(), flags=re.M)
+        in_drafts += numbers
         starters = [c for c in book.handout(name, drafts).cells if "starter" in c.metadata.get("tags", [])]
         checked = {m for c in starters for m in re.findall(r'exercises\.check\("(\d+\.\d+)"', c.source)}
         assert checked == set(numbers) and set(numbers) <= set(exercises.EXERCISES), f"draft {name}"
+    registered = sorted(exercises.EXERCISES)
+    assert sorted(set(in_chapters) | set(in_drafts)) == registered, (
+        "an exercise without a check, or the reverse"
+    )
     table = exercises.catalogue()
     assert table["difficulty"].between(1, 3).all() and (table["minutes"] > 0).all()
 
@@ -785,6 +807,19 @@ def test_11_3():
     assert not passes("11.3", with_own_window, prediction="no")
 
 
+def test_11_4():
+    def syntactic_score(row, subject, first):
+        others = [k for k in range(first + 1, len(row) - 1) if k != subject]
+        return (row[subject] - row[others].mean()).item()
+
+    def with_the_sinks(row, subject, first):  # the keys up to `first` counted in the baseline
+        others = [k for k in range(len(row) - 1) if k != subject]
+        return (row[subject] - row[others].mean()).item()
+
+    assert passes("11.4", syntactic_score, prediction="negative")
+    assert not passes("11.4", with_the_sinks, prediction="negative")
+
+
 def _loss_gradients(model, windows):
     rows = []
     for window in windows:
@@ -889,3 +924,24 @@ def test_13_4():
     logit_kl = torch.tensor([[9.0, 8.0], [3.0, 4.0], [0.0, 0.0]])
     assert passes("13.4", 0, prediction=0, logit_kl=logit_kl)
     assert not passes("13.4", 2, prediction=0, logit_kl=logit_kl)
+
+
+def test_5_4():
+    def scalar_adam(W, grads, lr, betas, eps):
+        m, v = torch.zeros_like(W), torch.zeros((), dtype=W.dtype)
+        for t, G in enumerate(grads, start=1):
+            m = betas[0] * m + (1 - betas[0]) * G
+            v = betas[1] * v + (1 - betas[1]) * G.pow(2).mean()
+            W = W - lr * (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps)
+        return W
+
+    def adam(W, grads, lr, betas, eps):  # one second moment per entry: AdamW, not ScalarAdamW
+        m, v = torch.zeros_like(W), torch.zeros_like(W)
+        for t, G in enumerate(grads, start=1):
+            m = betas[0] * m + (1 - betas[0]) * G
+            v = betas[1] * v + (1 - betas[1]) * G.pow(2)
+            W = W - lr * (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps)
+        return W
+
+    assert passes("5.4", scalar_adam, prediction="no")
+    assert not passes("5.4", adam, prediction="no")

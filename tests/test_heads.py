@@ -174,3 +174,94 @@ def test_a_neuron_that_writes_a_tokens_unembedding_promotes_that_token_most():
     z = neurons.standardised_value_logits(model, 0, torch.arange(30))  # [neuron, token]
     assert z[3].argmax().item() == 7 and z[4].argmin().item() == 7 and z[3, 7] > 3
     assert torch.allclose(neurons.class_promotion(model, 0, torch.tensor([7, 8])), z[:, [7, 8]].mean(1))
+
+
+def test_a_syntactic_head_planted_scores_one_and_a_previous_token_head_below_zero():
+    """Head 0's pattern is replaced so that the last query attends only to the related position
+    (3); head 1's so that every query attends to the token before it."""
+    torch.manual_seed(0)
+    model = Transformer(Config(d_model=16, n_layers=1, n_heads=2, d_mlp=32, n_ctx=16)).eval()
+
+    def plant(pattern: torch.Tensor, hook_point) -> torch.Tensor:  # [batch, head, query, key]
+        n, planted = pattern.shape[-1], torch.zeros_like(pattern)
+        planted[:, 0, :-1, 0] = 1.0
+        planted[:, 0, -1, 3] = 1.0
+        planted[:, 1, 0, 0] = 1.0
+        planted[:, 1, torch.arange(1, n), torch.arange(n - 1)] = 1.0
+        return planted
+
+    sentences = [torch.arange(7), torch.arange(9)]  # lengths differ, as in agreement sentences
+    related, first = torch.tensor([3, 3]), torch.tensor([1, 1])
+    with model.hooks([("blocks.0.attn.hook_pattern", plant)]):
+        scores = heads.relation_scores(model, sentences, related, first)  # [sentence, layer, head]
+    assert scores.shape == (2, 1, 2)
+    assert torch.allclose(scores[:, 0, 0], torch.ones(2))
+    # keys 2 .. query - 1 other than 3; the previous token is one of them
+    n_others = torch.tensor([len(s) - 4 for s in sentences], dtype=torch.float)
+    assert torch.allclose(scores[:, 0, 1], -1 / n_others)
+    with pytest.raises(ValueError, match="must lie between"):
+        heads.relation_scores(model, sentences[:1], torch.tensor([6]), first[:1])
+
+
+def test_last_position_outputs_average_each_heads_output_at_the_last_token_over_sentences():
+    torch.manual_seed(0)
+    model = Transformer(Config(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_ctx=16)).eval()
+    sentences = [torch.randint(0, 256, (n,)) for n in (5, 8, 6)]
+    means = heads.last_position_outputs(model, sentences, [1])
+    name = "blocks.1.attn.hook_z"
+    by_hand = torch.stack([model.run_with_cache(s[None], [name])[1][name][0, -1] for s in sentences]).mean(0)
+    assert set(means) == {1} and torch.allclose(means[1], by_hand, atol=1e-6)
+
+
+def test_planted_ngram_detectors_are_found_on_one_text_and_confirmed_on_another():
+    """Neuron 0 fires on token 5, neuron 1 on the bigram (3, 7), neuron 2 on any of tokens 1, 2
+    and 9 (polysemantic), neuron 3 at random positions: the first three are n-gram detectors
+    whose every firing on new text is at a trigger, the last is not."""
+    g = torch.Generator().manual_seed(0)
+
+    def text(n_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.randint(0, 20, (n_windows, 40), generator=g)
+        previous = torch.nn.functional.pad(tokens[:, :-1], (1, 0), value=-1)
+        fires = torch.stack([tokens == 5, (previous == 3) & (tokens == 7),
+                             torch.isin(tokens, torch.tensor([1, 2, 9])),
+                             torch.rand(tokens.shape, generator=g) < 0.05], -1)  # fmt: skip
+        return tokens, fires
+
+    found = neurons.trigger_analysis(*text(60), *text(60), vocab_size=20)
+    share = found["at_trigger"].sum(0) / found["firings"].sum(0)
+    assert found["firings"].shape == (60, 4)
+    assert torch.equal(share[:3], torch.ones(3)) and share[3] < 0.2
+    assert found["confirmed_tokens"].tolist() == [1, 1, 3, 0]
+
+
+def test_early_activations_equal_the_full_runs_neurons():
+    torch.manual_seed(0)
+    model = Transformer(Config(d_model=16, n_layers=3, n_heads=2, d_mlp=32, n_ctx=16)).eval()
+    tokens = torch.randint(0, 256, (5, 12))
+    _, cache = model.run_with_cache(tokens, ["blocks.1.mlp.hook_post"])
+    early = neurons.early_activations(model, tokens, layer=1, batch_size=2)
+    assert torch.allclose(early, cache["blocks.1.mlp.hook_post"], atol=1e-6)
+
+
+def test_a_direct_path_that_copies_and_predicts_the_next_token_hits_its_bigrams_once_copying_is_set_aside():
+    """Embedding the identity, unembedding 2 I (copying) plus a map of each token to its
+    successor in the text: the direct path's top is the token itself, its second the follower.
+    Without the successor map (copying alone) the direct path knows no bigram."""
+    vocab = 8
+    model = Transformer(Config(vocab_size=vocab, d_model=vocab, n_layers=1, n_heads=1, d_mlp=8, n_ctx=8,
+                               norm="basisfree", tie_embeddings=False)).eval()  # fmt: skip
+    follower = (torch.arange(vocab) + 3) % vocab  # token a is followed by follower[a]: one cycle
+    ids = [0]
+    for _ in range(200):
+        ids.append(follower[ids[-1]].item())
+    ids = torch.tensor(ids)
+    successor = torch.zeros(vocab, vocab)
+    successor[follower, torch.arange(vocab)] = 1.0  # the logit of follower[a] reads e_a
+    with torch.no_grad():
+        model.embed.weight.copy_(torch.eye(vocab))
+        model.unembed.weight.copy_(2 * torch.eye(vocab) + successor)
+        direct, baseline = heads.bigram_hits_without_copying(model, ids, torch.arange(vocab), chunk=3)
+        assert direct.all() and baseline.float().mean() < 0.5
+        model.unembed.weight.copy_(2 * torch.eye(vocab))
+        copying, _ = heads.bigram_hits_without_copying(model, ids, torch.arange(vocab))
+    assert copying.float().mean() < 0.5

@@ -74,5 +74,16 @@ def test_results_page_has_a_linked_row_per_claim_and_names_unexecuted_chapters(t
     assert "By registration: **unknown** 2 (1 reproduced, 1 partly)." in page
     assert "a \\| b" in page  # a pipe inside a cell does not split the row
     assert "not executed yet: `make chapter CH=kurtosis`" in page
-    assert "Verdicts over all chapters: 1 reproduced, 1 partly." in page and "checks" not in page
+    assert "Verdicts over all chapters: 1 reproduced, 1 partly." in page and "checks (identities" not in page
+    # the summary: each chapter's verdict counts, its confirmatory claims apart (none here) and its checks
+    assert "| {ref}`outliers <claims-outliers>` | 2 | 1 | 1 | 0 | 0 | 0 (0) | 0 |" in page
     assert "90 s cached, 110 s cold" in page and "`71f2ff5d99bdc1f9`" in page
+
+
+def test_the_opening_box_result_gives_the_headline_then_every_verdict_counted():
+    rows = [{"verdict": "reproduced"}] * 3 + [{"verdict": "inconclusive"}, {"verdict": "supported"}]
+    assert book.verdict_summary(rows, "The basis is privileged. ") == (
+        "The basis is privileged. 5 claims judged against their criteria: 3 reproduced, 1 inconclusive, "
+        "1 supported."
+    )
+    assert book.verdict_summary([], "") == ""

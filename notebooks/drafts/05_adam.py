@@ -30,6 +30,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claim.** A model whose every parameter is basis-free (the RMSNorm chapter's basis-free
@@ -77,9 +79,6 @@ width_reference_lr = 1e-2  # [> 0] the rate at d_model 256; at width d it is thi
 quick = False  # a small run for CI
 
 # %% tags=["setup"]
-import time
-import warnings
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -87,14 +86,12 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, claims, exercises, experiments, progress, stats
+from resid import book, exercises, experiments, progress, stats
 from resid.experiments import at_loss, evaluation_curve
 from resid.optim import RotatedAdamW, ScalarAdamW
 from resid.train import run_history
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("adam", seed=0)  # criteria, claims and checks; theme and seed
 base = experiments.ADAM_BASE
 if quick:  # every code path on a tiny model, none of the conclusions
     base = experiments.quick_config(base)
@@ -109,8 +106,6 @@ RATE_IDS = {5e-3: "5e3", 1e-2: "1e2", 2e-2: "2e2"}  # the criteria's names for t
 POWERED_LOSS = 1.25  # nats per byte: AdamW's mean final loss below it counts as stable training
 if not set(learning_rates) <= set(RATE_IDS) or 1e-2 not in learning_rates:
     raise ValueError(f"learning_rates={learning_rates}: the criteria judge 5e-3, 1e-2 and 2e-2 (1e-2 always)")
-criteria = claims.load_criteria("adam")
-claim_rows, check_rows = [], []
 
 
 def near_control(low: float, mean: float, high: float) -> bool:
@@ -181,28 +176,14 @@ exercises.predict("5.1", {"SGD", "Muon"})  # no per-coordinate scale: a rotated 
 assert exercises.check("5.1", relative_gap)
 gap = {name: relative_gap(make, W, G, P, Q) for name, make in makers.items()}
 # Muon orthogonalises with a Newton-Schulz iteration in bfloat16: equivariant up to its rounding
-check_rows += [
-    claims.check(
-        "SGD with momentum commutes with rotations",
-        gap["SGD, momentum"] < 1e-4,
-        f"relative gap {gap['SGD, momentum']:.1e}",
-    ),
-    claims.check(
-        "Muon commutes with rotations (to its bfloat16 rounding)",
-        gap["Muon"] < 0.05,
-        f"relative gap {gap['Muon']:.1e}",
-    ),
-    claims.check(
-        "ScalarAdamW commutes with rotations",
-        gap["ScalarAdamW"] < 1e-4,
-        f"relative gap {gap['ScalarAdamW']:.1e}",
-    ),
-    claims.check(
-        "AdamW and RotatedAdamW do not",
-        min(gap["AdamW"], gap["RotatedAdamW"]) > 0.5,
-        f"relative gaps {gap['AdamW']:.2f}, {gap['RotatedAdamW']:.2f}",
-    ),
-]
+ledger.check("SGD with momentum commutes with rotations", gap["SGD, momentum"] < 1e-4,
+             f"relative gap {gap['SGD, momentum']:.1e}")  # fmt: skip
+ledger.check("Muon commutes with rotations (to its bfloat16 rounding)", gap["Muon"] < 0.05,
+             f"relative gap {gap['Muon']:.1e}")  # fmt: skip
+ledger.check("ScalarAdamW commutes with rotations", gap["ScalarAdamW"] < 1e-4,
+             f"relative gap {gap['ScalarAdamW']:.1e}")  # fmt: skip
+ledger.check("AdamW and RotatedAdamW do not", min(gap["AdamW"], gap["RotatedAdamW"]) > 0.5,
+             f"relative gaps {gap['AdamW']:.2f}, {gap['RotatedAdamW']:.2f}")  # fmt: skip
 gaps = pd.Series(gap, name="|rotated step − rotation of the step| / |step|").to_frame()
 gaps.style.format("{:.1e}")
 
@@ -235,12 +216,8 @@ exercises.check("5.2", first_step)
 first = steps(lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.0), W, G, n=1)
 same = steps(lambda ps: RotatedAdamW(ps, lr=0.01, identity=True), W, G)
 reference = steps(lambda ps: torch.optim.AdamW(ps, lr=0.01), W, G)
-check_rows += [
-    claims.check("AdamW's first step is -lr·sign(G)", torch.allclose(first - W, -0.01 * G.sign(), atol=1e-6)),
-    claims.check(
-        "RotatedAdamW(identity=True) takes AdamW's steps", torch.allclose(same, reference, atol=1e-6)
-    ),
-]
+ledger.check("AdamW's first step is -lr·sign(G)", torch.allclose(first - W, -0.01 * G.sign(), atol=1e-6))
+ledger.check("RotatedAdamW(identity=True) takes AdamW's steps", torch.allclose(same, reference, atol=1e-6))
 cosine = (G.sign().flatten() @ G.flatten() / (G.numel() ** 0.5 * G.norm())).item()
 
 
@@ -298,13 +275,10 @@ powered, power_rows = {}, []
 for lr in learning_rates:
     excess = values(grid, "adamw", lr, "excess kurtosis")
     loss = values(grid, "adamw", lr, "val loss")
-    mean, low, high = stats.t_interval(excess)
-    key = f"adamw_privileged_{RATE_IDS[lr]}"
-    claim_rows.append(
-        claims.judge(criteria[key], mean, low, high, f"E_std {mean:.2f} [{low:.2f}, {high:.2f}]")
-    )
-    powered[lr] = claim_rows[-1]["verdict"] == "reproduced" and loss.mean() < POWERED_LOSS
-    power_rows.append({"learning rate": lr, "AdamW E_std [95% CI]": f"{mean:.2f} [{low:.2f}, {high:.2f}]",
+    interval = stats.t_interval(excess)
+    row = ledger.judge(f"adamw_privileged_{RATE_IDS[lr]}", interval, "E_std", fmt=".2f")
+    powered[lr] = row["verdict"] == "reproduced" and loss.mean() < POWERED_LOSS
+    power_rows.append({"learning rate": lr, "AdamW E_std [95% CI]": interval.text(fmt=".2f"),
                        "AdamW final loss": loss.mean(), "loss SE (windows)": values(grid, "adamw", lr,
                        "val loss se").mean(), "powered": powered[lr]})  # fmt: skip
 n_powered = sum(powered.values())
@@ -325,21 +299,20 @@ for lr in [lr for lr in learning_rates if powered[lr]] or learning_rates[:1]:
     for name in ("scalar_adamw", "rotated_adamw", "shared_basis_adamw"):
         mean, low, high = stats.t_interval(values(grid, name, lr, "excess kurtosis"))
         symmetry_rows.append({"learning rate": lr, "run": OPTIMISERS[name], "E_std": (mean, low, high)})
-        check_rows.append(claims.check(
+        ledger.check(
             f"{OPTIMISERS[name]} at lr {lr:g}: the standard basis is no better than a random one",
             near_control(low, mean, high), f"E_std {mean:.2f} [{low:.2f}, {high:.2f}]",
-        ))  # fmt: skip
+        )  # fmt: skip
     in_its_basis = values(grid, "shared_basis_adamw", lr, "excess in optimiser basis")
     gap = in_its_basis - values(grid, "adamw", lr, "excess kurtosis")
-    check_rows.append(claims.check(
+    ledger.check(
         f"the positive control at lr {lr:g}: AdamW in one rotated basis grows there what AdamW grows in the "
         "standard one", abs(gap.mean()) < (4.5 if quick else 1.5), f"paired difference {gap.mean():+.2f}",
-    ))  # fmt: skip
+    )  # fmt: skip
 sgd_finals = finals[finals.part == "sgd"].set_index("seed").loc[list(seeds)]
 mean, low, high = stats.t_interval(sgd_finals["excess kurtosis"].to_numpy())
-check_rows.append(claims.check("SGD: the standard basis is no better than a random one",
-                               near_control(low, mean, high),
-                               f"E_std {mean:.2f} [{low:.2f}, {high:.2f}]"))  # fmt: skip
+ledger.check("SGD: the standard basis is no better than a random one", near_control(low, mean, high),
+             f"E_std {mean:.2f} [{low:.2f}, {high:.2f}]")  # fmt: skip
 
 # %% [markdown]
 # ## Are the heavy directions Adam's?
@@ -388,23 +361,20 @@ comparisons["sgd_at_equal_loss"] = (
 )
 comparison_rows = []
 for key, (table, what, lr) in comparisons.items():
-    mean, low, high = stats.t_interval(table["difference"].to_numpy())
-    row = claims.judge(
-        criteria[key], mean, low, high, f"Δ E_pc ({what}) {mean:+.2f} [{low:+.2f}, {high:+.2f}]"
-    )
+    interval = stats.t_interval(table["difference"].to_numpy())
+    row = ledger.judge(key, interval, f"Δ E_pc ({what})", fmt="+.2f")
     informative = powered.get(lr, False)
     if not informative:  # the rule committed with the criteria: an unpowered rate decides nothing
         row["ours"] += f"; uninformative: lr {lr:g} is not powered"
-    claim_rows.append(row)
     comparison_rows.append({"comparison": what, "learning rate": lr,
                             "matched loss": table["matched loss"].mean(),
-                            "Δ E_pc [95% CI]": f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]",
+                            "Δ E_pc [95% CI]": interval.text(fmt="+.2f"),
                             "powered": informative, "verdict": row["verdict"]})  # fmt: skip
 pd.DataFrame(comparison_rows).style.format({"matched loss": "{:.3f}", "learning rate": "{:g}"}).hide(
     axis="index"
 )
 
-# %% tags=["plot"]
+# %% tags=["plot"] alt="A grid of line plots, one column per learning rate: excess kurtosis in the standard basis (top) and in the residual stream's principal axes (bottom) against held-out loss over training, one line per optimiser and seed."
 grid_curves = curves[curves.part == "grid"].assign(optimiser=lambda f: f.optimiser.map(OPTIMISERS))
 fig, axes = plt.subplots(2, len(learning_rates), figsize=(10, 6), sharey="row", squeeze=False)
 for j, lr in enumerate(learning_rates):
@@ -436,9 +406,7 @@ width_table = width_finals.groupby(["optimiser", "setting"]).agg(
 by_width = width_finals[width_finals.optimiser == "adamw"].pivot(index="seed", columns="setting",
                                                                  values="excess kurtosis")  # fmt: skip
 trend = (by_width[max(widths)] - by_width[min(widths)]).loc[list(width_seeds)].to_numpy()
-mean, low, high = stats.t_interval(trend)
-trend_text = f"d {max(widths)} − d {min(widths)}: {mean:+.2f} [{low:+.2f}, {high:+.2f}]"
-claim_rows.append(claims.judge(criteria["width_adamw"], mean, low, high, trend_text))
+ledger.judge("width_adamw", stats.t_interval(trend), f"d {max(widths)} − d {min(widths)}:", fmt="+.2f")
 width_table.style.format({"lr": "{:.2g}", "val loss": "{:.3f}", "excess kurtosis": "{:.2f}",
                           "excess in principal axes": "{:.2f}"}).hide(axis="index")  # fmt: skip
 
@@ -479,23 +447,63 @@ print(", ".join(f"{label} {share:.3f}" for label, share in logged.items())
       + f" at the last boundary; 4/d = {4 / base.model.d_model:.3f}")  # fmt: skip
 
 # %% [markdown]
+# ### Exercise 5.4: one second moment per matrix
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
+# `ScalarAdamW` is AdamW with one change: its second moment is a single running mean of the
+# squared gradient over the whole matrix, not one per entry. Write its update: starting from `W`,
+# apply Adam's steps for the gradients `grads` in turn (first moment as AdamW's, bias corrections,
+# no weight decay) and return the final weights. **Predict** first: written in a rotated basis
+# ($P^\top G Q$), does its step change other than by the same rotation?
+
+# %% tags=["starter"]
+exercises.predict("5.4", ...)  # "yes" or "no"
+
+
+def scalar_adam(
+    W: torch.Tensor, grads: list[torch.Tensor], lr: float, betas: tuple, eps: float
+) -> torch.Tensor:
+    """W after one ScalarAdamW step per gradient in grads (no weight decay)."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("5.4", scalar_adam)
+
+
+# %% tags=["hide-cell", "solution"]
+def scalar_adam(
+    W: torch.Tensor, grads: list[torch.Tensor], lr: float, betas: tuple, eps: float
+) -> torch.Tensor:
+    m, v = torch.zeros_like(W), torch.zeros((), dtype=W.dtype)
+    for t, G in enumerate(grads, start=1):
+        m = betas[0] * m + (1 - betas[0]) * G
+        v = betas[1] * v + (1 - betas[1]) * G.pow(2).mean()  # one number for the whole matrix
+        W = W - lr * (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps)
+    return W
+
+
+exercises.predict("5.4", "no")  # a rotation leaves the matrix's mean squared gradient unchanged
+assert exercises.check("5.4", scalar_adam)
+
+# %% [markdown]
 # ## Checks
 #
 # The symmetry-forced rows and sanity properties asserted along the way (a failing one stops the
 # chapter). They are never counted as findings.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-adam)=
 # ## The claims, judged against criteria committed before the runs
 
 # %%
-claims.table(claim_rows).style.hide(axis="index")
+ledger.claims_table()
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts = ledger.verdicts
 answer = (
     "The design is powered at "
     + (", ".join(f"{lr:g}" for lr in learning_rates if powered[lr]) or "no rate")
@@ -511,19 +519,15 @@ answer = (
 display(Markdown(f"**Takeaways.** {answer}"))
 
 # %%
-results = {
-    "chapter": "adam",
-    "quick": quick,
-    "base": base.key(),
-    "seeds": list(seeds),
-    "powered": {str(lr): bool(p) for lr, p in powered.items()},
-    "comparisons": comparison_rows,
-    "widths": width_table.to_dict(orient="records"),
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
+results = ledger.results(
+    quick=quick,
+    base=base.key(),
+    seeds=list(seeds),
+    powered={str(lr): bool(p) for lr, p in powered.items()},
+    comparisons=comparison_rows,
+    widths=width_table.to_dict(orient="records"),
+)
 rerun = {"seeds": seeds, "learning_rates": learning_rates, "sgd_lr": sgd_lr,
          "sgd_steps_factor": sgd_steps_factor, "widths": widths, "width_seeds": width_seeds,
          "width_reference_lr": width_reference_lr}  # fmt: skip
-book.save_results(results, rerun=rerun)
+book.save_results(results, rerun=rerun, headline=answer)

@@ -274,6 +274,106 @@ def ioi_prompts(tokenizer, n: int = 120, seed: int = 0, templates: list[str] = I
     )
 
 
+# Subject-verb agreement across an attractor (the Catalogue's syntactic heads): nouns whose
+# singular and plural are common words, and preposition phrases of different lengths.
+AGREEMENT_NOUNS = [
+    ("key", "keys"), ("dog", "dogs"), ("book", "books"), ("car", "cars"), ("girl", "girls"),
+    ("boy", "boys"), ("house", "houses"), ("tree", "trees"), ("door", "doors"), ("table", "tables"),
+    ("friend", "friends"), ("student", "students"), ("teacher", "teachers"), ("letter", "letters"),
+    ("bird", "birds"), ("cat", "cats"), ("window", "windows"), ("road", "roads"), ("flower", "flowers"),
+    ("picture", "pictures"), ("bottle", "bottles"), ("chair", "chairs"), ("ship", "ships"),
+    ("box", "boxes"), ("horse", "horses"), ("king", "kings"), ("doctor", "doctors"),
+    ("farmer", "farmers"), ("player", "players"), ("song", "songs"), ("game", "games"),
+    ("lamp", "lamps"), ("cup", "cups"), ("stone", "stones"), ("river", "rivers"),
+    ("bridge", "bridges"), ("room", "rooms"), ("wall", "walls"), ("hill", "hills"),
+    ("village", "villages"), ("boat", "boats"), ("bag", "bags"), ("coat", "coats"), ("shop", "shops"),
+]  # fmt: skip
+PREPOSITIONS = ["near", "behind", "beside", "under", "above", "next to", "close to", "far from",
+                "across from", "on top of", "in front of", "to the left of"]  # fmt: skip
+AGREEMENT_VERBS = (" is", " are")  # singular, plural
+
+
+@dataclass
+class AgreementSet:
+    """Sentences "The {subject} {preposition} the {attractor}" whose next word, a verb, must agree
+    with the subject and not with the nearer attractor (one is singular, the other plural).
+    Their lengths differ (the preposition phrases do), so each sentence is a tensor of its own."""
+
+    text: list[str]
+    tokens: list[Tensor]  # each [pos]
+    subject: Tensor  # [n] the subject noun's position
+    first: Tensor  # [n] the position of "The": it and every key before it take the attention sinks
+    answers: Tensor  # [n] the agreeing verb
+    foils: Tensor  # [n] the other verb
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+
+def agreement_sentences(tokenizer, nouns: list[tuple[str, str]], n: int, seed: int = 0) -> AgreementSet:
+    """``n`` agreement sentences from ``nouns`` (singular, plural pairs), half with a singular
+    subject and a plural attractor, half the reverse, preposition phrases drawn at random.
+    Sentences whose tokens are not the concatenation of their words' tokens are redrawn, so
+    ``subject`` is exact. Token ids start with the tokenizer's BOS token, if any."""
+
+    def one_token(word: str) -> bool:
+        return len(tokenizer.encode(" " + word)) == 1
+
+    usable = [(a, b) for a, b in nouns if one_token(a) and one_token(b)]
+    if len(usable) < 2:
+        raise ValueError(f"{len(usable)} of these nouns are one token in both numbers; need two")
+    verbs = [tokenizer.encode(v) for v in AGREEMENT_VERBS]
+    if any(len(v) != 1 for v in verbs):
+        raise ValueError("this tokenizer splits ' is' or ' are'")
+    bos, rng = bos_prefix(tokenizer), random.Random(seed)
+    rows = []
+    for _ in range(n * 20):
+        if len(rows) == n:
+            break
+        subject, attractor = rng.sample(usable, 2)
+        singular_subject = len(rows) % 2 == 0
+        words = (subject[0], attractor[1]) if singular_subject else (subject[1], attractor[0])
+        text = f"The {words[0]} {rng.choice(PREPOSITIONS)} the {words[1]}"
+        ids = bos + tokenizer.encode(text)
+        start = len(bos) + len(tokenizer.encode("The"))
+        subject_id, attractor_id = (tokenizer.encode(" " + w)[0] for w in words)
+        if ids[start] != subject_id or ids[-1] != attractor_id:
+            continue  # the words did not tokenize on their own
+        rows.append((text, ids, start, singular_subject))
+    if len(rows) < n:
+        raise ValueError(f"only {len(rows)} agreement sentences tokenize word by word; ask for fewer")
+    answer = {True: verbs[0][0], False: verbs[1][0]}
+    return AgreementSet(
+        text=[r[0] for r in rows],
+        tokens=[torch.tensor(r[1]) for r in rows],
+        subject=torch.tensor([r[2] for r in rows]),
+        first=torch.tensor([r[2] - 1 for r in rows]),
+        answers=torch.tensor([answer[r[3]] for r in rows]),
+        foils=torch.tensor([answer[not r[3]] for r in rows]),
+    )
+
+
+def agreement_splits(tokenizer, n: int = 64, seed: int = 0) -> tuple[AgreementSet, AgreementSet]:
+    """Two agreement sets on disjoint halves of ``AGREEMENT_NOUNS`` (split at random by ``seed``):
+    one to choose heads on, one to measure them on words the choice never saw."""
+    nouns = list(AGREEMENT_NOUNS)
+    random.Random(seed).shuffle(nouns)
+    half = len(nouns) // 2
+    return (agreement_sentences(tokenizer, nouns[:half], n, seed),
+            agreement_sentences(tokenizer, nouns[half:], n, seed + 1))  # fmt: skip
+
+
+@torch.no_grad()
+def agreement_margins(model: Transformer, sentences: AgreementSet, fwd_hooks=()) -> Tensor:
+    """Per sentence, the logit of the agreeing verb minus the other's at the last position,
+    with ``fwd_hooks`` applied (``[n]``)."""
+    margins = []
+    for tokens, answer, foil in zip(sentences.tokens, sentences.answers, sentences.foils, strict=True):
+        logits = model.run_with_hooks(tokens[None], list(fwd_hooks))[0, -1].float()
+        margins.append(logits[answer] - logits[foil])
+    return torch.stack(margins)
+
+
 RETRIEVAL_TEMPLATE = (
     "{A} lives in {X}. {B} lives in {Y}. {C} lives in {Z}. Question: where does {Q} live? Answer:"
 )

@@ -37,7 +37,7 @@ from torch import Tensor
 from resid import attribution, circuits, das, hooks, lenses, lrp, neurons, plans, stats, tda
 from resid.cache import act_name
 from resid.model import Config, Norm, Transformer, rotate_residual
-from resid.optim import RotatedAdamW
+from resid.optim import RotatedAdamW, ScalarAdamW
 
 
 class Wrong(Exception):
@@ -587,6 +587,48 @@ def _computation_basis(
     )
 
 
+@exercise(
+    "4.4",
+    "where LayerNorm's mean goes",
+    "code + predict",
+    2,
+    20,
+    predicts='how far the loss moves: "float noise", "a little" or "a lot"',
+)
+def _centre_writes(centre_writes: Callable[[Transformer], Transformer]):
+    torch.manual_seed(0)  # a small LayerNorm model with gains and writes away from the defaults
+    # untied: with tied embeddings the embedding's rows are also read (by the unembedding), not
+    # only written, and centring them changes the logits
+    cfg = Config(
+        d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16, norm="layernorm", tie_embeddings=False
+    )
+    model = Transformer(cfg).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("weight") and "ln" in name:
+                p.mul_(1 + 0.3 * torch.rand(p.shape, dtype=p.dtype))
+            elif name.endswith(("W_O.weight", "W_out.weight", "embed.weight")):
+                p.add_(0.5)  # writes with a large mean across the residual's coordinates
+    tokens = torch.randint(0, cfg.vocab_size, (4, 12), generator=_generator(1))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        centred = centre_writes(model)
+        if any(not torch.equal(v, model.state_dict()[k]) for k, v in before.items()):
+            raise Wrong("it changed the model it was given; return a centred copy")
+        change = abs(centred.loss(tokens).item() - model.loss(tokens).item())
+        means = centred.residual_stream(tokens).mean(-1).abs().max().item()
+        scale = centred.residual_stream(tokens).abs().max().item()
+    if means > 1e-9 * max(1.0, scale):
+        raise Wrong(
+            f"the residual stream's mean over its coordinates reaches {means:.2g}: centre every write "
+            "(the token and position embeddings' rows, each output column of W_O and W_out) over the "
+            "d_model coordinates"
+        )
+    if change > 1e-9:
+        raise Wrong(f"the loss moved by {change:.2g}: only the writes' means should change")
+    return f"every write is centred and the loss moves by {change:.1g} nats.", _loss_change_class(change)
+
+
 # --- 5 adam -----------------------------------------------------------------------------------
 
 
@@ -659,6 +701,29 @@ def _top4(top4_share: Callable[[Tensor], float]):
     for what, acts in cases.items():
         _close(float(top4_share(acts)), stats.top_energy_share(acts, 4), f"the share on {what}", rtol=1e-4)
     return "matches resid.stats.top_energy_share.", None
+
+
+@exercise(
+    "5.4",
+    "one second moment per matrix",
+    "code + predict",
+    2,
+    15,
+    predicts='whether its step on a rotated gradient differs from the rotated step ("yes"/"no")',
+)
+def _scalar_adam(scalar_adam: Callable[[Tensor, list[Tensor], float, tuple, float], Tensor]):
+    g = _generator(5)
+    W = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    grads = [torch.randn(6, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    lr, betas, eps = 0.01, (0.9, 0.999), 1e-8
+    p = torch.nn.Parameter(W.clone())
+    optimiser = ScalarAdamW([p], lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+    for grad in grads:
+        p.grad = grad.clone()
+        optimiser.step()
+    _close(scalar_adam(W.clone(), [grad.clone() for grad in grads], lr, betas, eps), p.detach(),
+           "the weights after three steps", rtol=1e-6, atol=1e-9)  # fmt: skip
+    return "one running mean of the squared gradient per matrix: a rotated problem, a rotated step.", "no"
 
 
 # --- 6 attribution ----------------------------------------------------------------------------
@@ -1205,6 +1270,32 @@ def _cross_window_cosine(cross_window_cosine: Callable[[Tensor], float]):
         unit = torch.nn.functional.normalize(vectors, dim=-1)
         _close(float(cross_window_cosine(unit)), stats.cross_window_cosine(unit), f"the anisotropy of {what}")
     return "the mean cosine over pairs from different windows, pairs within a window left out.", "no"
+
+
+@exercise(
+    "11.4",
+    "a syntactic score by hand",
+    "code + predict",
+    2,
+    15,
+    predicts='a previous-token head\'s syntactic score ("positive", "about zero" or "negative")',
+)
+def _syntactic_score(syntactic_score: Callable[[Tensor, int, int], float]):
+    g = _generator(11)
+    for length, subject, first in ((6, 3, 1), (9, 2, 1), (12, 5, 0)):
+        row = torch.rand(length, generator=g, dtype=torch.float64)
+        row /= row.sum()  # one query's attention weights over the keys up to itself
+        others = [k for k in range(first + 1, length - 1) if k != subject]
+        reference = (row[subject] - row[others].mean()).item()
+        what = f"the score of a row of {length} keys (subject at {subject}, first at {first})"
+        _close(float(syntactic_score(row, subject, first)), reference, what, atol=1e-6)
+    previous = torch.zeros(8, dtype=torch.float64)
+    previous[6] = 1.0  # the query (7) attends to the key before it, which is not the subject
+    value = float(syntactic_score(previous, 3, 1))
+    return (
+        f"the weight on the subject minus the mean on the other keys; a previous-token head: {value:+.2f}.",
+        "negative",
+    )
 
 
 # --- 12 training data attribution ---------------------------------------------------------------

@@ -4,6 +4,7 @@ variants (Elhage et al. 2023 and the follow-ups they proposed), and the per-laye
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import numpy as np
@@ -11,7 +12,7 @@ import pandas as pd
 import torch
 
 from . import data, stats
-from .model import Config, Transformer
+from .model import Config, Transformer, fold_norm_gains, next_token_loss, rotate_residual
 from .progress import track
 from .train import TrainConfig, corpus_ids
 
@@ -230,6 +231,56 @@ def held_out_loss(model: Transformer, tokens: torch.Tensor) -> float:
     return model.loss(tokens).item()
 
 
+# The Rotations chapter's measurements of a trained model, filed in its run's record
+# (``train.measure``), so that a re-execution reads them instead of retraining. Rotation r is the
+# Haar rotation of seed ``100 + r``, built and applied in float64, then cast to each precision.
+PRECISIONS = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
+              "float16": torch.float16}  # fmt: skip
+
+
+@torch.no_grad()
+def loss_in(model: Transformer, tokens: torch.Tensor, dtype: torch.dtype) -> float:
+    """Held-out loss with weights and activations in ``dtype``, the cross-entropy in float32."""
+    return next_token_loss(copy.deepcopy(model).to(dtype)(tokens[:, :-1]), tokens).item()
+
+
+@torch.no_grad()
+def rotation_invariance(model: Transformer, tokens: torch.Tensor, n_rotations: int = 5) -> pd.DataFrame:
+    """A basis-free model against copies with every weight rotated: per rotation and precision,
+    the unrotated loss, its rounding cost (that precision's loss minus float64's) and the loss
+    change the rotation makes (rotated minus unrotated, both in that precision)."""
+    unrotated = {name: loss_in(model, tokens, dtype) for name, dtype in PRECISIONS.items()}
+    model64 = copy.deepcopy(model).double()
+    rows = []
+    for r in range(n_rotations):
+        rotation = stats.haar_rotation(model.cfg.d_model, seed=100 + r, dtype=torch.float64)
+        rotated = rotate_residual(model64, rotation)
+        for name, dtype in PRECISIONS.items():
+            rows.append({"rotation": r, "precision": name, "loss": unrotated[name],
+                         "rounding cost": unrotated[name] - unrotated["float64"],
+                         "Δloss": loss_in(rotated, tokens, dtype) - unrotated[name]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def layernorm_rotation(model: Transformer, tokens: torch.Tensor, n_rotations: int = 5) -> pd.DataFrame:
+    """A LayerNorm model in float64, per rotation: the loss change of a naive rotation of every
+    weight, of folding its norms (``fold_norm_gains``) without rotating, and of folding then
+    rotating; the last two are exact in real arithmetic."""
+    model = copy.deepcopy(model).double()
+    folded = fold_norm_gains(model)
+    loss, folded_loss = model.loss(tokens).item(), folded.loss(tokens).item()
+    rows = []
+    for r in range(n_rotations):
+        rotation = stats.haar_rotation(model.cfg.d_model, seed=100 + r, dtype=torch.float64)
+        naive = rotate_residual(model, rotation, strict=False).loss(tokens).item()
+        exact = rotate_residual(folded, rotation).loss(tokens).item()
+        rows.append({"rotation": r, "naive |Δloss|": abs(naive - loss),
+                     "folded, not rotated |Δloss|": abs(folded_loss - loss),
+                     "folded + rotated |Δloss|": abs(exact - loss)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def heaviest(analysis: pd.DataFrame, basis: str = "residual") -> pd.DataFrame:
     """Per run (variant, seed) of ``analyse`` tables: where its tails are heaviest, in the
     residual stream after a block or in what a block's MLP reads, with the excess kurtosis over
@@ -297,11 +348,34 @@ def replication_design(base: TrainConfig = REGIME) -> list[tuple[str, str, float
             for name in ("layernorm", "basisfree", "rmsnorm") for s in REPLICATION_SEEDS]  # fmt: skip
 
 
-QUEUES = {"adam": adam_design, "replication": replication_design}
+# The Rotations chapter: the basis-free and LayerNorm models (whose weights its first sections
+# rotate), the shared- and independent-rotation models, and the basis-free and shared-rotation
+# models again trained under bfloat16 autocast, each on the regime's seeds 1-5.
+ROTATION_SEEDS = (1, 2, 3, 4, 5)
+
+
+def rotations_design(base: TrainConfig = REGIME) -> list[tuple[str, str, float, int, TrainConfig]]:
+    """Every run of the Rotations chapter, as ``(part, variant, setting, seed, config)`` like
+    ``adam_design``'s rows (part: the training precision; setting: the learning rate)."""
+    parts = {"float32": ("basisfree", "layernorm", "shared rotation", "independent rotations"),
+             "bfloat16": ("basisfree", "shared rotation")}  # fmt: skip
+    measured_anew = ("basisfree", "layernorm")  # the chapter rotates their weights: it needs them
+
+    def part(precision: str, name: str) -> str:
+        return f"{precision}, weights" if precision == "float32" and name in measured_anew else precision
+
+    jobs = [(part(precision, name), name, base.lr, s, variant(name, s, replace(base, precision=precision)))
+            for precision, names in parts.items() for name in names for s in ROTATION_SEEDS]  # fmt: skip
+    # runs no other chapter reads first: retraining the basis-free and LayerNorm runs replaces the
+    # records the Kurtosis and RMSNorm chapters read, which are then re-executed with this one
+    return sorted(jobs, key=lambda job: "weights" in job[0])
+
+
+QUEUES = {"adam": adam_design, "replication": replication_design, "rotations": rotations_design}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m resid.experiments queue adam|replication [--workers N] [--estimate]``: train a
+    """``python -m resid.experiments queue adam|replication|rotations [--workers N] [--estimate]``: train a
     design's runs ahead of executing the chapter that reads them, N at a time, their records
     written into ``book/runs`` (or ``$RESID_RECORDS``); ``--estimate`` only says how many are
     missing and what they would take here. On a GPU machine the workers share the GPU."""
@@ -309,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     import os
 
     from . import records
-    from .train import estimated_seconds, train_queue
+    from .train import cached, estimated_seconds, train_queue
 
     parser = argparse.ArgumentParser(prog="python -m resid.experiments", description=main.__doc__)
     parser.add_argument("command", choices=["queue"])
@@ -325,14 +399,21 @@ def main(argv: list[str] | None = None) -> None:
     # at which rates the design is powered, so a queue stopped part-way has answered that first
     jobs.sort(key=lambda job: job[1] != "adamw")
     configs = list({cfg.key(): cfg for *_, cfg in jobs}.values())
-    missing = [cfg for cfg in configs if records.read(cfg.key()) is None]
-    print(f"{args.design}: {len(configs)} runs, {len(missing)} without a record in {records.directory()}")
+    # a part marked "weights" is a run whose model the chapter measures anew: recorded or not, it
+    # trains unless this machine's cache holds its finished checkpoint
+    needed = {cfg.key() for part, *_, cfg in jobs if "weights" in part and not cached(cfg)}
+    unrecorded = [cfg for cfg in configs if records.read(cfg.key()) is None]
+    again = [cfg for cfg in configs if cfg.key() in needed and cfg not in unrecorded]
+    missing = unrecorded + again
+    lacking = f", {len(again)} recorded whose weights the chapter needs and this machine lacks"
+    print(f"{args.design}: {len(configs)} runs, {len(unrecorded)} without a record in {records.directory()}"
+          + (lacking if again else ""))  # fmt: skip
     if args.estimate:
         hours = sum(estimated_seconds(cfg) for cfg in missing) / 3600
         print(f"training them here, one at a time: ≈ {hours:.1f} h (with --workers N, less where the machine "
               "has room for N at once)")  # fmt: skip
         return
-    trained = train_queue(missing, workers=args.workers)
+    trained = train_queue(missing, workers=args.workers, retrain=frozenset(needed))
     print(f"trained {len(trained)}; their records are in {records.directory()}")
 
 

@@ -89,6 +89,38 @@ def positional_scores(patterns: Tensor) -> dict[str, Tensor]:
     }  # fmt: skip
 
 
+@torch.no_grad()
+def relation_scores(model: Transformer, tokens: list[Tensor], related: Tensor, first: Tensor) -> Tensor:
+    """The Primer's syntactic heads: for each sentence (``tokens``, one tensor each, lengths
+    free), every head's attention weight from the last token on the ``related`` position, minus
+    its mean weight on the other keys after ``first`` and before the query, the baseline of a
+    head that attends regardless of the relation (the keys up to ``first`` hold the attention
+    sinks, which no relation explains): ``[sentence, layer, head]``."""
+    scores = []
+    for ids, target, start in zip(tokens, related.tolist(), first.tolist(), strict=True):
+        query = len(ids) - 1
+        others = [k for k in range(start + 1, query) if k != target]
+        if not start < target < query or not others:
+            raise ValueError(f"position {target} must lie between {start} and {query}, among other keys")
+        weights = attention_patterns(model, ids[None])[:, 0, :, query]  # [layer, head, key]
+        scores.append(weights[..., target] - weights[..., others].mean(-1))
+    return torch.stack(scores)
+
+
+@torch.no_grad()
+def last_position_outputs(model: Transformer, tokens: list[Tensor], layers: list[int]) -> dict[int, Tensor]:
+    """Each layer's head outputs (``hook_z``) at the last position, averaged over sentences of
+    any lengths: ``{layer: [head, d_head]}``, the mean a mean ablation puts there."""
+    names = [act_name("z", layer) for layer in sorted(set(layers))]
+    sums: dict[int, Tensor] = {}
+    for ids in tokens:
+        _, cache = model.run_with_cache(ids[None], names)
+        for layer in sorted(set(layers)):
+            z = cache[act_name("z", layer)][0, -1].float()  # [head, d_head]
+            sums[layer] = sums.get(layer, 0) + z
+    return {layer: total / len(tokens) for layer, total in sums.items()}
+
+
 def word_starts(tokenizer, tokens: Tensor) -> Tensor:
     """``[batch, pos]``, True where a token begins a word: a token continues the word before it
     when its text starts with a letter or digit and the previous token's text ends with one
@@ -332,3 +364,29 @@ def bigram_log_probs(ids: Tensor, vocab_size: int, rows: Tensor, smoothing: floa
         0, current[wanted] * vocab_size + following[wanted], torch.ones(int(wanted.sum()))
     )
     return (counts / counts.sum(1, keepdim=True)).log()
+
+
+@torch.no_grad()
+def bigram_hits_without_copying(
+    model: Transformer, ids: Tensor, rows: Tensor, chunk: int = 64
+) -> tuple[Tensor, Tensor]:
+    """Does the direct path predict bigrams, copying aside? For each current token in ``rows``:
+    whether the direct path's top next token *other than the current one* is a most frequent
+    follower of it in the token stream ``ids`` (also other than itself), and whether the most
+    frequent token of ``ids`` other than it is (the unigram baseline). ``([n], [n])``, bool.
+    With tied embeddings the direct path's top is nearly always the current token: leaving it
+    out of every ranking separates copying from bigram statistics."""
+    unigram = torch.bincount(ids, minlength=model.cfg.vocab_size).float()
+    direct_hits, baseline_hits = [], []
+    for start in range(0, len(rows), chunk):
+        current = rows[start : start + chunk]
+        n = torch.arange(len(current))
+        logits = direct_path_logits(model, current)  # [n, vocab]
+        followers = bigram_log_probs(ids, logits.shape[1], current, smoothing=0.0)  # [n, vocab]
+        frequency = unigram[: logits.shape[1]].expand_as(logits).clone()
+        for table in (logits, followers, frequency):
+            table[n, current] = -torch.inf  # the current token is never a prediction here
+        best = followers.max(-1).values  # ties: any most frequent follower is a hit
+        direct_hits.append(followers[n, logits.argmax(-1)] == best)
+        baseline_hits.append(followers[n, frequency.argmax(-1)] == best)
+    return torch.cat(direct_hits), torch.cat(baseline_hits)

@@ -17,13 +17,14 @@ from .model import HookFn
 
 
 def replace_heads(
-    heads: Iterable[HeadLike], source: Sequence[Tensor] | Mapping[int, Tensor]
+    heads: Iterable[HeadLike], source: Sequence[Tensor] | Mapping[int, Tensor], position: int | None = None
 ) -> list[tuple[str, HookFn]]:
     """Replace the chosen heads' outputs (``hook_z``, ``[batch, pos, head, d_head]``) by
     ``source[layer][..., head, :]``: a layer's source is anything that broadcasts against its
     ``hook_z`` (a counterfactual run's ``[batch, pos, head, d_head]``, a mean over prompts
     ``[pos, head, d_head]``, a constant ``[head, d_head]``). ``heads`` in any spelling
-    (``Head(3, 2)``, ``(3, 2)``, ``"L3H2"``); one hook per layer replaces all of that layer's."""
+    (``Head(3, 2)``, ``(3, 2)``, ``"L3H2"``); one hook per layer replaces all of that layer's.
+    ``position`` (e.g. -1, the last) replaces there only, whatever the sequence's length."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in map(Head.of, heads):
         by_layer.setdefault(layer, []).append(head)
@@ -31,7 +32,10 @@ def replace_heads(
     def hook_for(layer: int, chosen: list[int]) -> HookFn:
         def hook(z: Tensor, hook_point) -> Tensor:
             z = z.clone()
-            z[:, :, chosen] = source[layer][..., chosen, :].to(z.dtype)
+            if position is None:
+                z[:, :, chosen] = source[layer][..., chosen, :].to(z.dtype)
+            else:
+                z[:, position, chosen] = source[layer][..., chosen, :].to(z.dtype)
             return z
 
         return hook

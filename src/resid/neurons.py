@@ -177,6 +177,119 @@ def neuron_effects(
     return torch.stack(direct), torch.stack(total)
 
 
+@torch.no_grad()
+def early_activations(model: Transformer, tokens: Tensor, layer: int = 0, batch_size: int = 16) -> Tensor:
+    """Every neuron's activation (``blocks.{layer}.mlp.hook_post``) at every position of
+    ``tokens`` (``[sequence, pos]``), running only the blocks up to ``layer``: ``[sequence, pos,
+    d_mlp]``. Early neurons over a whole text cost a fraction of the forward pass."""
+    name, captured, chunks = act_name("post", layer), [], []
+
+    def keep(acts: Tensor, hook_point) -> None:
+        captured.append(acts.float())
+
+    starts = range(0, len(tokens), batch_size)
+    with model.hooks([(name, keep)]):
+        for start in progress.steps(starts, f"neuron activations, blocks 0-{layer}", show=len(starts) > 8):
+            batch = tokens[start : start + batch_size]
+            x = model.embed_tokens(batch)
+            rope, mask = model.context(batch.shape[1])
+            for block in model.blocks[: layer + 1]:
+                x = block(x, rope, mask)
+            chunks.append(captured.pop())
+    return torch.cat(chunks)
+
+
+def ngram_ids(tokens: Tensor, vocab_size: int) -> tuple[Tensor, Tensor]:
+    """Each position's unigram (the token) and bigram (the previous token and this one) as one
+    id each, the bigrams numbered after every unigram: ``([sequence, pos], [sequence, pos])``
+    (position 0 has no bigram: -1)."""
+    bigrams = torch.full_like(tokens, -1)
+    bigrams[:, 1:] = vocab_size + tokens[:, :-1] * vocab_size + tokens[:, 1:]
+    return tokens.clone(), bigrams
+
+
+def ngram_triggers(
+    ids: Tensor, fires: Tensor, min_count: int = 3, min_rate: float = 0.5
+) -> tuple[Tensor, Tensor]:
+    """The n-grams that make each neuron fire (Voita et al. 2023): among the n-gram ids
+    occurring at least ``min_count`` times (``ids``, ``[position]``; -1 for none), those at
+    whose occurrences a neuron fires (``fires``, ``[position, neuron]``) at least ``min_rate``
+    of the time. Returns the n-grams counted (sorted ids, ``[ngram]``) and the trigger mask
+    ``[ngram, neuron]``."""
+    present = ids >= 0
+    unique, inverse, counts = ids[present].unique(return_inverse=True, return_counts=True)
+    frequent = counts >= min_count
+    rates = torch.zeros(len(unique), fires.shape[1]).index_add_(0, inverse, fires[present].float())
+    rates /= counts[:, None]
+    return unique[frequent], rates[frequent] >= min_rate
+
+
+def _lookup(ngrams: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Where each of ``ids`` sits among the sorted ``ngrams``, and whether it is there at all."""
+    if not len(ngrams):
+        return torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
+    where = torch.searchsorted(ngrams, ids.clamp_min(0)).clamp_max(len(ngrams) - 1)
+    return where, (ngrams[where] == ids) & (ids >= 0)
+
+
+def at_trigger(ids: Tensor, ngrams: Tensor, triggers: Tensor) -> Tensor:
+    """``[position, neuron]``: whether the n-gram at each position (``ids``, ``[position]``) is
+    one of the neuron's triggers (``ngrams``, ``triggers`` from ``ngram_triggers``)."""
+    where, known = _lookup(ngrams, ids)
+    hit = torch.zeros(len(ids), triggers.shape[1], dtype=torch.bool)
+    hit[known] = triggers[where[known]]
+    return hit
+
+
+def ngram_rates(ids: Tensor, fires: Tensor, ngrams: Tensor) -> tuple[Tensor, Tensor]:
+    """For each of ``ngrams`` (sorted ids), how often it occurs among ``ids`` (``[position]``)
+    and at what rate each neuron fires there: ``([ngram], [ngram, neuron])``."""
+    where, known = _lookup(ngrams, ids)
+    counts = torch.zeros(len(ngrams)).index_add_(0, where[known], torch.ones(int(known.sum())))
+    sums = torch.zeros(len(ngrams), fires.shape[1]).index_add_(0, where[known], fires[known].float())
+    return counts, sums / counts.clamp_min(1)[:, None]
+
+
+def trigger_analysis(
+    tokens_a: Tensor, fires_a: Tensor, tokens_b: Tensor, fires_b: Tensor, vocab_size: int, skip: int = 2,
+    min_count: int = 3, min_rate: float = 0.5,
+) -> dict[str, Tensor]:  # fmt: skip
+    """N-gram detectors (the Primer, section 5.2), found on one text and tested on another.
+
+    ``tokens_*``: ``[window, pos]``; ``fires_*``: ``[window, pos, neuron]`` (bool), where each
+    neuron fires; each window's first ``skip`` positions are left out. A neuron's *triggers* are
+    the unigrams and bigrams of split A that occur at least ``min_count`` times and make it fire
+    at least ``min_rate`` of the time (``ngram_triggers``). Returns, per window of B and neuron,
+    ``"firings"`` (how often it fires) and ``"at_trigger"`` (how many of those at one of its
+    triggers from A); and per neuron, ``"confirmed_tokens"``: how many distinct tokens end a
+    trigger that B confirms (at least two occurrences there, firing at least ``min_rate``)."""
+    n_neurons = fires_a.shape[-1]
+
+    def flat(tokens: Tensor, fires: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        unigrams, bigrams = ngram_ids(tokens, vocab_size)
+        unigrams[:, :skip], bigrams[:, :skip] = -1, -1
+        return unigrams.flatten(), bigrams.flatten(), fires.flatten(0, 1)
+
+    uni_a, bi_a, f_a = flat(tokens_a, fires_a)
+    found = [ngram_triggers(ids, f_a, min_count, min_rate) for ids in (uni_a, bi_a)]
+    # unigram ids lie below vocab_size and bigram ids above: the two lists concatenate sorted
+    ngrams, triggers = torch.cat([found[0][0], found[1][0]]), torch.cat([found[0][1], found[1][1]])
+    uni_b, bi_b, f_b = flat(tokens_b, fires_b)
+    kept = (uni_b >= 0)[:, None]
+    hit = at_trigger(uni_b, ngrams, triggers) | at_trigger(bi_b, ngrams, triggers)
+    shape = (*tokens_b.shape, n_neurons)
+    firings = (f_b & kept).view(shape).sum(1)
+    at = (f_b & hit & kept).view(shape).sum(1)
+    (count_u, rate_u), (count_bi, rate_bi) = (ngram_rates(ids, f_b, ngrams) for ids in (uni_b, bi_b))
+    counts, rates = count_u + count_bi, rate_u + rate_bi  # an n-gram is counted by one of the two
+    confirmed = triggers & (counts >= 2)[:, None] & (rates >= min_rate)
+    last_token = torch.where(ngrams < vocab_size, ngrams, (ngrams - vocab_size) % vocab_size)
+    _, token_index = last_token.unique(return_inverse=True)
+    by_token = torch.zeros(int(token_index.max()) + 1 if len(token_index) else 0, n_neurons)
+    by_token.index_add_(0, token_index, confirmed.float())
+    return {"firings": firings, "at_trigger": at, "confirmed_tokens": (by_token > 0).sum(0)}
+
+
 def _decoder(model: Transformer):
     tokenizer = model.tokenizer
     if tokenizer is None:

@@ -7,6 +7,10 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository, in a clone
+CHAPTERS_OUT = ROOT / "book" / "chapters"  # the executed chapters and their results, committed
+# Committed, so that a launch button (Binder, Colab) can open them: the theme opens
+# <path_to_book>/<page>.ipynb, and the book's _config.yml names book/handouts as that path.
+HANDOUTS_OUT = ROOT / "book" / "handouts"
 BUNDLED = Path(__file__).resolve().parent / "_data"  # written into the wheel by `make wheel`
 
 

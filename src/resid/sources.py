@@ -27,3 +27,16 @@ def source(name: str, notebooks: Path = NOTEBOOKS) -> Path:
     if not matches:
         raise ChapterError(f"unknown chapter {name!r}; chapters: {', '.join(chapters(notebooks))}")
     return matches[0]
+
+
+def source_notebook(name: str, notebooks: Path, for_students: bool = False):
+    """A chapter's percent-format source as a notebook with a kernel to run it: the chapter
+    (its exercises' starter cells left out; they are the student's, and never run here), or
+    with ``for_students`` the handout's cells (the solutions left out, the starters kept)."""
+    import jupytext
+
+    notebook = jupytext.read(source(name, notebooks))
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    left_out = "solution" if for_students else "starter"
+    notebook.cells = [c for c in notebook.cells if left_out not in c.metadata.get("tags", [])]
+    return notebook

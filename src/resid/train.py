@@ -605,13 +605,17 @@ def estimated_seconds(cfg: TrainConfig, device: torch.device | None = None) -> f
     return _time_steps(cfg, device or default_device())
 
 
-def train_queue(configs: list[TrainConfig], workers: int = 1, progress: bool = True) -> list[str]:
-    """Train every configuration that has no record yet, ``workers`` runs at a time, each in a
+def train_queue(
+    configs: list[TrainConfig], workers: int = 1, progress: bool = True, retrain: frozenset[str] = frozenset()
+) -> list[str]:
+    """Train every configuration that has no record yet (and those whose keys are in ``retrain``,
+    recorded or not: runs whose weights a chapter needs), ``workers`` runs at a time, each in a
     process of its own with an equal share of the CPU's cores (or sharing the GPU), so that no
     two runs fight over a core. Records are written where ``$RESID_RECORDS`` points, as ``train``
     writes them; an interrupted queue resumes each run from its checkpoint. Returns the keys it
     trained."""
-    todo = list({cfg.key(): cfg for cfg in configs if records.read(cfg.key()) is None}.values())
+    todo = list({cfg.key(): cfg for cfg in configs
+                 if records.read(cfg.key()) is None or cfg.key() in retrain}.values())  # fmt: skip
     if workers <= 1 or len(todo) <= 1:
         for cfg in progress_steps(todo, "training run", show=progress):
             train(cfg, progress=False)
@@ -634,6 +638,15 @@ def train_queue(configs: list[TrainConfig], workers: int = 1, progress: bool = T
 def _train_quietly(cfg: TrainConfig) -> str:
     train(cfg, progress=False)
     return cfg.key()
+
+
+def cached(cfg: TrainConfig) -> bool:
+    """Whether this machine's cache holds the run's finished checkpoint, weights included."""
+    path = cache_dir() / "runs" / f"{cfg.key()}.pt"
+    if not records.current(path):
+        return False
+    state = torch.load(path, weights_only=False, map_location="cpu")
+    return state["step"] >= cfg.steps and "model" in state
 
 
 def history_path(cfg: TrainConfig) -> Path:
