@@ -260,3 +260,33 @@ def test_per_head_weights_rebuild_queries_and_the_attention_output(rotation):
     torch.testing.assert_close(written, cache["blocks.1.hook_attn_out"])
     torch.testing.assert_close(model.OV(1, 3), model.W_V[1, 3] @ model.W_O[1, 3])
     assert model.QK(0, 1).shape == (32, 32) and block.attn.W_Q.weight.shape == (32, 32)
+
+
+def test_the_rotations_chapters_measurements_show_exact_invariance_where_the_algebra_says():
+    """experiments.rotation_invariance and layernorm_rotation, the measurements the Rotations
+    chapter files in its runs' records: a basis-free model's float64 loss moves by rounding only
+    under a rotation, 16-bit formats cost more than float32; a LayerNorm model folded and
+    rotated keeps its loss, a naive rotation does not."""
+    from resid import experiments
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 256, (3, 13))
+    basis_free = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16, norm="basisfree"))
+    table = experiments.rotation_invariance(basis_free.eval(), tokens, n_rotations=2)
+    assert len(table) == 2 * len(experiments.PRECISIONS)
+    by = table.set_index(["rotation", "precision"])
+    assert by.xs("float64", level="precision")["Δloss"].abs().max() < 1e-10
+    assert (by.xs("float64", level="precision")["rounding cost"] == 0).all()
+    cost = table.groupby("precision")["rounding cost"].apply(lambda c: c.abs().max())
+    assert cost["float32"] < cost["bfloat16"]
+    layernorm = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16)).eval()
+    with torch.no_grad():  # gains away from 1, as training leaves them
+        for name, p in layernorm.named_parameters():
+            if name.endswith(("ln1.weight", "ln2.weight", "ln_final.weight")):
+                p.mul_(1 + 0.3 * torch.rand(p.shape))
+    folded = experiments.layernorm_rotation(layernorm, tokens, n_rotations=2)
+    assert (
+        folded["folded, not rotated |Δloss|"].max() < 1e-10
+        and folded["folded + rotated |Δloss|"].max() < 1e-10
+    )
+    assert folded["naive |Δloss|"].min() > 1e-4
