@@ -263,3 +263,16 @@ def test_a_queue_trains_what_has_no_record_in_parallel_as_it_would_one_by_one(mo
             assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-5)
         assert recorded[-1]["val_loss"] == pytest.approx(history[-1]["val_loss"], rel=1e-5)
     assert train_queue(configs, workers=2, progress=False) == []
+
+
+def test_a_queue_calls_after_on_each_run_it_trains_with_its_weights_at_hand(monkeypatch, tmp_path):
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(records.ENV, str(tmp_path / "runs"))
+    configs = [TrainConfig(**{**TINY.__dict__, "seed": s, "steps": 5}) for s in (1, 2)]
+    seen = []
+
+    def after(cfg):  # what a chapter's measurement needs: the finished run, in the cache
+        seen.append((cfg.key(), len(train(cfg, progress=False).history)))
+
+    assert train_queue(configs, progress=False, after=after) == [c.key() for c in configs]
+    assert seen == [(c.key(), 5) for c in configs]

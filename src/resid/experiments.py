@@ -371,7 +371,23 @@ def rotations_design(base: TrainConfig = REGIME) -> list[tuple[str, str, float, 
     return sorted(jobs, key=lambda job: "weights" in job[0])
 
 
+def rotations_measurements(cfg: TrainConfig) -> None:
+    """What the Rotations chapter measures of one of its runs at its defaults (16 held-out
+    sequences, seed 0; 4 rotations for the controls, 5 for the invariance tests), filed in the
+    run's record by the queue as soon as the run has trained, while its weights are in the cache:
+    the chapter then reads them, on any machine, without the weights."""
+    from .train import measure
+
+    tokens = held_out_tokens(REGIME, 16, seed=0)
+    measure(cfg, held_out_loss, tokens=tokens)
+    measure(cfg, analyse, tokens=tokens, n_rotations=4)
+    if cfg.precision == "float32" and cfg.model.rotation == "none":
+        rotations = rotation_invariance if cfg.model.norm == "basisfree" else layernorm_rotation
+        measure(cfg, rotations, tokens=tokens, n_rotations=5)
+
+
 QUEUES = {"adam": adam_design, "replication": replication_design, "rotations": rotations_design}
+MEASUREMENTS = {"rotations": rotations_measurements}  # taken as each run of the queue finishes
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -413,7 +429,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"training them here, one at a time: ≈ {hours:.1f} h (with --workers N, less where the machine "
               "has room for N at once)")  # fmt: skip
         return
-    trained = train_queue(missing, workers=args.workers, retrain=frozenset(needed))
+    trained = train_queue(missing, workers=args.workers, retrain=frozenset(needed),
+                          after=MEASUREMENTS.get(args.design))  # fmt: skip
     print(f"trained {len(trained)}; their records are in {records.directory()}")
 
 

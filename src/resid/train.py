@@ -20,6 +20,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -606,19 +607,26 @@ def estimated_seconds(cfg: TrainConfig, device: torch.device | None = None) -> f
 
 
 def train_queue(
-    configs: list[TrainConfig], workers: int = 1, progress: bool = True, retrain: frozenset[str] = frozenset()
+    configs: list[TrainConfig],
+    workers: int = 1,
+    progress: bool = True,
+    retrain: frozenset[str] = frozenset(),
+    after: Callable[[TrainConfig], object] | None = None,
 ) -> list[str]:
     """Train every configuration that has no record yet (and those whose keys are in ``retrain``,
     recorded or not: runs whose weights a chapter needs), ``workers`` runs at a time, each in a
     process of its own with an equal share of the CPU's cores (or sharing the GPU), so that no
     two runs fight over a core. Records are written where ``$RESID_RECORDS`` points, as ``train``
-    writes them; an interrupted queue resumes each run from its checkpoint. Returns the keys it
-    trained."""
+    writes them; an interrupted queue resumes each run from its checkpoint. ``after(cfg)`` runs
+    as each run finishes (say, the measurements a chapter files in its record, taken while the
+    weights are in the cache). Returns the keys it trained."""
     todo = list({cfg.key(): cfg for cfg in configs
                  if records.read(cfg.key()) is None or cfg.key() in retrain}.values())  # fmt: skip
     if workers <= 1 or len(todo) <= 1:
         for cfg in progress_steps(todo, "training run", show=progress):
             train(cfg, progress=False)
+            if after is not None:
+                after(cfg)
         return [cfg.key() for cfg in todo]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -630,7 +638,9 @@ def train_queue(
         futures = [pool.submit(_train_quietly, cfg) for cfg in todo]
         with progress_bar(len(futures), "training run", show=progress) as shown:
             for future in as_completed(futures):
-                future.result()  # a failed run fails the queue, naming its error
+                key = future.result()  # a failed run fails the queue, naming its error
+                if after is not None:
+                    after(next(cfg for cfg in todo if cfg.key() == key))
                 shown.update()
     return [cfg.key() for cfg in todo]
 
