@@ -16,8 +16,8 @@
 # :::{admonition} What this chapter reproduces, and how to rerun it
 # :class: tip
 # **Reproduces** part of the catalogue of inner behaviours that closes
-# {cite:t}`ferrando2024primer` (section 5): positional, subword-joiner, copying and successor
-# heads {cite:p}`gould2023successor`, memory management by heads and neurons, neurons that fire
+# {cite:t}`ferrando2024primer` (section 5): positional, subword-joiner, syntactic, copying and
+# successor heads {cite:p}`gould2023successor`, memory management by heads and neurons, neurons that fire
 # over a range of positions {cite:p}`voita2024neurons`, the anisotropy that outlier dimensions
 # make {cite:p}`timkey2021rogue`, and the last layers' frequency bias
 # {cite:p}`kobayashi2023frequency`, on two pretrained models: SmolLM2-135M
@@ -33,6 +33,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claims.** The Primer's survey lists what individual components of a language model have
@@ -43,7 +45,8 @@
 # over a range of positions*, and some *remove what made them fire*. In the residual stream:
 # heads that attend to their own position with an OV circuit of negative eigenvalues (*memory
 # management*), outlier dimensions that make the representations *anisotropic* (all pointing
-# roughly the same way), and late layers that shift the prediction towards *frequent tokens*.
+# roughly the same way), a *direct path* from embedding to unembedding that holds bigram statistics,
+# and late layers that shift the prediction towards *frequent tokens*.
 #
 # **The experiment.** One protocol for every kind: a score per head (or neuron) computed on one
 # half of the text (split A), the best component of that kind chosen there, and its score
@@ -53,10 +56,14 @@
 # over all components. The same rule, "a head of this kind scores above 0.5 on B", judges every
 # head kind, on both models.
 #
-# Last, a behaviour of several heads together: *function vectors* {cite:p}`todd2024function`,
-# the summed outputs of a few heads that carry an in-context task to a prompt without examples.
-# The rest of the catalogue (syntactic heads, token-class and suppression neurons, n-gram
-# detectors, context retrieval) is not in this chapter yet.
+# *Syntactic heads* come from sentences whose structure we write: subject-verb agreement across
+# an attractor, where the heads found on one set of nouns are measured, and ablated, on another.
+# Neurons that *promote or suppress a class of tokens* are read through the unembedding. Last,
+# behaviours of several heads together: *function vectors* {cite:p}`todd2024function`, the summed
+# outputs of a few heads that carry an in-context task to a prompt without examples, and
+# *context retrieval*, where the request is read before the entity is fetched. The first block's
+# neurons are tested as *n-gram detectors*: what makes them fire on one half of a text, and
+# whether it is there when they fire on the other half.
 
 # %% tags=["parameters"]
 model_name = "smollm2-135m"  # [model] the model the exercises read (one of models)
@@ -67,15 +74,16 @@ n_tokens_copy = 500  # [> 2] tokens that choose a copying head, and as many othe
 n_random_neurons = 200  # [> 0] random neurons of the chosen neuron's layer, for its chance level
 n_random_draws = 20  # [> 0] random dimension sets for the anisotropy control
 n_retrieval = 64  # [> 2] context-retrieval prompts
+n_sentences = 64  # [> 2] agreement sentences per split (A chooses heads, B measures them)
+n_frequent = 500  # [> 2] the text's most frequent tokens, for the direct path
 n_resamples = 2000  # [> 99] bootstrap resamples
 seed = 0  # [min 0] which windows, tokens and random draws
 quick = False  # a small run for CI: SmolLM2 only, fewer windows
 
 # %% tags=["setup"]
+import math
 import random
 import re
-import time
-import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -89,7 +97,6 @@ from resid import (
     attribution,
     behaviours,
     book,
-    claims,
     data,
     exercises,
     function_vectors,
@@ -101,31 +108,28 @@ from resid import (
     stats,
 )
 from resid.cache import act_name
+from resid.interval import Interval
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("catalogue", seed)  # criteria, claims and checks; theme and seed
 if quick:
     models, n_windows, n_tokens_copy, n_random_neurons, n_random_draws, n_resamples, n_retrieval = (
         models[:1], 8, 50, 20, 3, 200, 16)  # fmt: skip
-_ = torch.manual_seed(seed)
+    n_sentences, n_frequent = 16, 100
 torch.set_grad_enabled(False)  # nothing in this chapter takes a gradient
-criteria = claims.load_criteria("catalogue")
 SUFFIX = {"smollm2-135m": "smollm2", "gemma3-270m": "gemma3"}  # the criteria's ids end in these
 LABEL = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma-3-270M"}
 if unknown := [m for m in models if m not in SUFFIX]:
     raise ValueError(f"models={unknown}: the criteria name only {sorted(SUFFIX)}")
 if model_name not in models:
     raise ValueError(f"model_name={model_name!r}: the exercises read one of models={models}")
-claim_rows, check_rows = [], []
 measured = {}  # criterion id -> ((estimate, low, high), what it is)
 
 
-def bootstrap_mean(values: torch.Tensor) -> tuple[float, float, float]:
-    return tuple(v.item() for v in stats.bootstrap(values, n_resamples=n_resamples, seed=seed))
+def bootstrap_mean(values: torch.Tensor) -> Interval:
+    return stats.bootstrap(values, n_resamples=n_resamples, seed=seed).item()
 
 
-def bootstrap_rows(statistic, n: int) -> tuple[float, float, float]:
+def bootstrap_rows(statistic, n: int) -> Interval:
     """A statistic of a set of rows (windows, items), with a bootstrap over the rows."""
     return stats.bootstrap_statistic(statistic, torch.arange(n), n_resamples=n_resamples, seed=seed)
 
@@ -155,18 +159,19 @@ def text_windows(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]
     return drawn[:n_windows], drawn[n_windows:], ids, uses_bos
 
 
-loaded, split_a, split_b, all_ids, rows = {}, {}, {}, {}, []
+loaded, split_a, split_b, all_ids, bos_first, rows = {}, {}, {}, {}, {}, []
 for name in models:
     model = resid.load(name)
     loaded[name] = model
     split_a[name], split_b[name], all_ids[name], uses_bos = text_windows(model)
+    bos_first[name] = uses_bos
     cfg = model.cfg
     rows.append({"model": LABEL[name], "layers": cfg.n_layers, "heads": cfg.n_heads, "d_model": cfg.d_model,
                  "d_mlp": cfg.d_mlp, "vocabulary": cfg.vocab_size, "BOS first": uses_bos,
                  "pydoc tokens": len(all_ids[name]), "windows per split": n_windows})  # fmt: skip
     overlap = set(map(tuple, split_a[name].tolist())) & set(map(tuple, split_b[name].tolist()))
-    check_rows.append(claims.check(f"{LABEL[name]}: splits A and B share no window", not overlap,
-                                   f"{n_windows} windows each"))  # fmt: skip
+    ledger.check(f"{LABEL[name]}: splits A and B share no window", not overlap,
+                 f"{n_windows} windows each")  # fmt: skip
 pd.DataFrame(rows).style.hide(axis="index")
 
 # %% [markdown]
@@ -183,9 +188,9 @@ patterns_a = {name: heads.attention_patterns(loaded[name], split_a[name]) for na
 patterns_b = {name: heads.attention_patterns(loaded[name], split_b[name]) for name in models}
 for name in models:
     sums = patterns_b[name].sum(-1)
-    check_rows.append(claims.check(f"{LABEL[name]}: every attention row sums to 1",
-                                   torch.allclose(sums, torch.ones_like(sums), atol=1e-4),
-                                   f"max |sum - 1| = {(sums - 1).abs().max().item():.1e}"))  # fmt: skip
+    ledger.check(f"{LABEL[name]}: every attention row sums to 1",
+                 torch.allclose(sums, torch.ones_like(sums), atol=1e-4),
+                 f"max |sum - 1| = {(sums - 1).abs().max().item():.1e}")  # fmt: skip
 
 
 def per_window(patterns: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -206,8 +211,8 @@ uniform = heads.positional_scores(uniform_patterns(window_length))
 chance = {kind: uniform[kind].item() for kind in ("previous", "self")}
 by_hand = np.mean([1 / (q + 1) for q in range(2, window_length)])
 agrees = all(abs(chance[kind] - by_hand) < 1e-6 for kind in chance)
-check_rows.append(claims.check("chance for previous and self is the mean of 1/(q+1) over queries 2 onwards",
-                               agrees, f"{by_hand:.4f}"))  # fmt: skip
+ledger.check("chance for previous and self is the mean of 1/(q+1) over queries 2 onwards",
+             agrees, f"{by_hand:.4f}")  # fmt: skip
 
 
 def chosen_on_a(scores_a: torch.Tensor) -> tuple[int, int]:
@@ -347,6 +352,139 @@ with torch.no_grad():
 pd.DataFrame(ablation_rows).style.hide(axis="index").format(precision=3)
 
 # %% [markdown]
+# ## Syntactic heads: from a word to the word it agrees with
+#
+# The Primer: some heads attend to tokens in a syntactic relation to the token being read "far
+# more than a random baseline". We test one relation whose structure we control, subject-verb
+# agreement across an *attractor*: in "The key near the cabinets", the next word is " is",
+# agreeing with *key*, not with the nearer *cabinets*. The last token (the attractor) is where the
+# verb's number is decided, so we ask which heads attend from there to the subject
+# (`behaviours.agreement_splits`: half the sentences have a singular subject and a plural
+# attractor, half the reverse; the preposition phrases are one to four tokens long, so the subject
+# sits at no fixed distance and no positional head can find it).
+#
+# A head's *syntactic score* on a sentence is its attention from the last token on the subject
+# minus its mean attention on the other words after "The" (`heads.relation_scores`): a head that
+# attends without regard to the relation scores about 0, whatever its habits. Split A's sentences
+# use one half of the nouns and choose the head; split B's use the other half and measure it.
+# Then the heads at work: the three best heads on A, mean-ablated at the last position, against
+# three random heads of the same layers, on the margin by which the model prefers the agreeing
+# verb on B.
+
+
+# %%
+def random_heads_like(chosen: list[tuple[int, int]], n_heads: int, generator: torch.Generator):
+    """For each chosen head, another head of its layer drawn at random, none of them chosen (a
+    layer with too few others repeats a draw, and the set shrinks)."""
+    picked = set()
+    for layer, _ in chosen:
+        others = [(layer, h) for h in range(n_heads) if (layer, h) not in chosen and (layer, h) not in picked]
+        if others:
+            picked.add(others[int(torch.randint(len(others), (1,), generator=generator))])
+    return sorted(picked)
+
+
+syntactic_rows, syntactic_maps = [], {}
+for name in models:
+    model = loaded[name]
+    choose, measure_on = behaviours.agreement_splits(model.tokenizer, n=n_sentences, seed=seed)
+    # [sentence, layer, head]
+    scores_a = heads.relation_scores(model, choose.tokens, choose.subject, choose.first)
+    scores_b = heads.relation_scores(model, measure_on.tokens, measure_on.subject, measure_on.first)
+    mean_a, n_heads = scores_a.mean(0), model.cfg.n_heads
+    best = divmod(int(mean_a.argmax()), n_heads)
+    estimate = bootstrap_mean(scores_b[:, best[0], best[1]])
+    measured[f"syntactic_head_{SUFFIX[name]}"] = (estimate, "score")
+    syntactic_maps[name] = scores_b.mean(0)  # [layer, head]
+    # the heads at work: the agreeing verb's margin, full and with heads mean-ablated at the end
+    top = [divmod(int(i), n_heads) for i in mean_a.flatten().topk(3).indices]
+    generator = torch.Generator().manual_seed(seed)
+    draws = [random_heads_like(top, n_heads, generator) for _ in range(5)]
+    layers = sorted({layer for head_set in [top, *draws] for layer, _ in head_set})
+    means = heads.last_position_outputs(model, choose.tokens, layers)
+    margin = behaviours.agreement_margins(model, measure_on)
+
+    def fall(chosen, model=model, means=means, measure_on=measure_on, margin=margin) -> torch.Tensor:
+        ablation = hooks.replace_heads(chosen, means, position=-1)
+        ablated = behaviours.agreement_margins(model, measure_on, ablation)
+        return margin - ablated  # [sentence]
+
+    top_fall = fall(top)
+    random_fall = torch.stack([fall(draw) for draw in draws]).mean(0)
+    difference = bootstrap_mean(top_fall - random_fall)
+    measured[f"syntactic_heads_matter_{SUFFIX[name]}"] = (difference, "Δ margin (logits)")
+    all_heads = scores_b.mean(0).flatten()
+    syntactic_rows.append({
+        "model": LABEL[name], "chosen on A": f"L{best[0]}H{best[1]}",
+        "score on A": mean_a[best].item(), "score on B [95% CI]": estimate.text(fmt=".2f"),
+        "median head on B": all_heads.median().item(), "heads above 0.3 on B": int((all_heads > 0.3).sum()),
+        "agreeing verb preferred (B)": (margin > 0).float().mean().item(),
+        "mean margin (B)": margin.mean().item(),
+        "top 3 heads (A)": ", ".join(f"L{layer}H{head}" for layer, head in top),
+        "margin fall, top 3": top_fall.mean().item(), "margin fall, 3 random": random_fall.mean().item(),
+        "difference [95% CI]": difference.text(fmt=".2f"),
+    })  # fmt: skip
+pd.DataFrame(syntactic_rows).style.hide(axis="index").format(precision=3)
+
+# %% tags=["plot"] alt="Heatmaps over layer and head of the syntactic score on split B (attention from the last token on the subject, minus the mean on the other words), one per model."
+fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 3.4), squeeze=False)
+for ax, name in zip(axes[0], models, strict=True):
+    grid = syntactic_maps[name].T.numpy()  # [head, layer]
+    limit = max(abs(grid).max(), 0.05)
+    sns.heatmap(grid, ax=ax, cmap="RdBu_r", vmin=-limit, vmax=limit, cbar_kws={"label": "syntactic score"})
+    ax.set(title=f"{LABEL[name]}: syntactic score (split B)", xlabel="layer", ylabel="head")
+plt.tight_layout()
+plt.show()
+
+# %% tags=["prose"]
+control_notes = []
+for row in syntactic_rows:
+    if row["agreeing verb preferred (B)"] < 0.75:  # the criteria's positive control
+        control_notes.append(
+            f"{row['model']} prefers the agreeing verb on only {row['agreeing verb preferred (B)']:.0%} of "
+            "split B's sentences (the criteria ask for 75%): it barely does agreement across an attractor, "
+            "so its ablation row says little about what the heads do for it."
+        )
+display(Markdown(
+    "The positive control, the model preferring the agreeing verb: "
+    + "; ".join(f"{row['model']} on {row['agreeing verb preferred (B)']:.0%} of split B's sentences "
+                f"(mean margin {row['mean margin (B)']:+.2f} logits)" for row in syntactic_rows)
+    + ".\n\n" + " ".join(control_notes)
+))  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.4: a syntactic score by hand
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 15 minutes*
+#
+# One query's attention weights over the keys up to itself are a row `row` (`[key]`, the query
+# last). Write the syntactic score of that row: the weight on the subject's position `subject`
+# minus the mean weight on the other keys after `first` (the position of "The") and before the
+# query. **Predict** first: a head that attends from every token to the one before it, what does
+# it score?
+
+# %% tags=["starter"]
+exercises.predict("11.4", ...)  # "positive", "about zero" or "negative"
+
+
+def syntactic_score(row: torch.Tensor, subject: int, first: int) -> float:
+    """row: [key], one query's attention (the query is the last key)."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("11.4", syntactic_score)
+
+
+# %% tags=["hide-cell", "solution"]
+def syntactic_score(row: torch.Tensor, subject: int, first: int) -> float:
+    others = [k for k in range(first + 1, len(row) - 1) if k != subject]
+    return (row[subject] - row[others].mean()).item()
+
+
+exercises.predict("11.4", "negative")  # the previous token is one of the others, the subject is not
+assert exercises.check("11.4", syntactic_score)
+
+# %% [markdown]
 # ## Successor heads and copying heads: what a head's OV circuit writes
 #
 # A head's *full OV circuit* $W_E W_{OV} W_U$ says how attending to a token raises the logit of
@@ -397,10 +535,10 @@ for name in models:
     estimate = bootstrap_mean(hits)
     table_b = heads.successor_scores(model, measure)
     successor_tables[name] = table_b
-    check_rows.append(claims.check(
+    ledger.check(
         f"{LABEL[name]}: the chosen head's per-item hits average to heads.successor_scores",
         abs(hits.mean().item() - table_b.set_index(["layer", "head"]).loc[(layer, head), "successor"]) < 1e-9,
-        f"{hits.mean().item():.3f}"))  # fmt: skip
+        f"{hits.mean().item():.3f}")  # fmt: skip
     measured[f"successor_head_{SUFFIX[name]}"] = (estimate, "fraction")
     successor_rows.append({
         "model": LABEL[name], "chosen on numbers and letters": f"L{layer}H{head}",
@@ -514,8 +652,8 @@ ov = ov if before is None else before.double()[:, None] * ov
 ov = ov if after is None else ov * after.double()
 table_sign = eigen[name].set_index(["layer", "head"]).loc[(layer, head), "eigenvalue sign"]
 by_hand = eigenvalue_sign(ov)
-check_rows.append(claims.check("an eigenvalue sign by hand equals heads.ov_eigenvalue_signs",
-                               abs(by_hand - table_sign) < 1e-9, f"{table_sign:+.3f}"))  # fmt: skip
+ledger.check("an eigenvalue sign by hand equals heads.ov_eigenvalue_signs",
+             abs(by_hand - table_sign) < 1e-9, f"{table_sign:+.3f}")  # fmt: skip
 print(f"{LABEL[name]} L{layer}H{head}: {by_hand:+.3f} by hand, {table_sign:+.3f} from the package")
 assert exercises.check("11.1", eigenvalue_sign)
 
@@ -539,9 +677,9 @@ for name in models:
     random_pairs = torch.nn.functional.cosine_similarity(
         torch.randn(100_000, model.cfg.d_model), torch.randn(100_000, model.cfg.d_model), dim=-1
     )
-    check_rows.append(claims.check(
+    ledger.check(
         f"{LABEL[name]}: no random pair of directions has a cosine below -0.5",
-        bool((random_pairs >= -0.5).all()), f"lowest of 10^5: {random_pairs.min().item():.3f}"))  # fmt: skip
+        bool((random_pairs >= -0.5).all()), f"lowest of 10^5: {random_pairs.min().item():.3f}")  # fmt: skip
     holding = (cosines[name] < -0.5).any(1).nonzero().flatten().tolist()
     neuron_rows.append({
         "model": LABEL[name], "neurons": cosines[name].numel(), "cosine < -0.5": below,
@@ -650,12 +788,97 @@ def position_share(acts: torch.Tensor) -> float:
 layer, neuron, chosen_acts = position_curves[model_name]
 by_hand = position_share(chosen_acts[:, 2:])
 package = neurons.position_shares(chosen_acts[:, :, None]).item()
-check_rows.append(claims.check("a position share by hand equals neurons.position_shares",
-                               abs(by_hand - package) < 1e-5, f"{package:.4f}"))  # fmt: skip
+ledger.check("a position share by hand equals neurons.position_shares",
+             abs(by_hand - package) < 1e-5, f"{package:.4f}")  # fmt: skip
 print(
     f"{LABEL[model_name]} layer {layer}, neuron {neuron}: {by_hand:.4f} by hand, {package:.4f} in the package"
 )
 assert exercises.check("11.2", position_share)
+
+# %% [markdown]
+# ## N-gram detectors: what makes an early neuron fire
+#
+# The Primer: most neurons of the early layers are *n-gram detectors*, and most fire on many
+# different n-grams {cite:p}`voita2024neurons`. We read the first block's MLP neurons over the
+# whole documentation text, cut into consecutive windows; even windows are split A, odd ones
+# split B. A neuron *fires* above its own 99th percentile on A. Its *triggers* are the unigrams
+# and bigrams that occur at least three times in A and make it fire at least half the time
+# there (`neurons.trigger_analysis`). Two questions, on B: what share of its firings happen at
+# one of its triggers (an n-gram detector: most), and how many different tokens end a trigger
+# that B confirms (polysemantic: many). The chance level: the same share after A's firings are
+# shuffled over A's positions, so that triggers can only arise by accident.
+
+# %%
+ngram_rows, ngram_shares = [], {}
+for name in models:
+    model = loaded[name]
+    ids, uses_bos = all_ids[name], bos_first[name]
+    body = window_length - int(uses_bos)
+    text = ids[: len(ids) // body * body].view(-1, body)  # consecutive windows of the whole text
+    if quick:
+        text = text[:64]
+    if uses_bos:
+        text = torch.cat([torch.full((len(text), 1), model.tokenizer.hf.bos_token_id), text], 1)
+    acts = neurons.early_activations(model, text, layer=0)  # [window, pos, d_mlp]
+    text_a, text_b, acts_a, acts_b = text[0::2], text[1::2], acts[0::2], acts[1::2]
+    kept_a = acts_a[:, 2:].flatten(0, 1)  # [position, neuron]: each window's first two left out
+    threshold = kept_a.kthvalue(math.ceil(0.99 * len(kept_a)), dim=0).values  # [neuron]
+    fires_a, fires_b = acts_a > threshold, acts_b > threshold
+    del acts, acts_a, acts_b, kept_a
+    found = neurons.trigger_analysis(text_a, fires_a, text_b, fires_b, model.cfg.vocab_size)
+    shuffled = fires_a.clone()  # chance: A's firings moved to random positions of A
+    flat = fires_a[:, 2:].reshape(-1, fires_a.shape[-1])
+    order = torch.randperm(len(flat), generator=torch.Generator().manual_seed(seed))
+    shuffled[:, 2:] = flat[order].view_as(fires_a[:, 2:])
+    chance = neurons.trigger_analysis(text_a, shuffled, text_b, fires_b, model.cfg.vocab_size)
+    included = found["firings"].sum(0) >= 10  # the criteria leave out neurons that barely fire on B
+
+    def median_share(rows: torch.Tensor, counts: dict = found, included: torch.Tensor = included) -> float:
+        at, firings = counts["at_trigger"][rows].sum(0), counts["firings"][rows].sum(0)
+        shares = at[included] / firings[included].clamp_min(1)
+        return shares.median().item() if len(shares) else float("nan")
+
+    share = bootstrap_rows(median_share, len(text_b))
+    measured[f"ngram_detectors_{SUFFIX[name]}"] = (share, "median share")
+    counts = found["confirmed_tokens"][included].float()
+    polysemy = stats.bootstrap_statistic(
+        lambda c: c.median().item(), counts, n_resamples=n_resamples, seed=seed
+    )
+    measured[f"ngram_polysemantic_{SUFFIX[name]}"] = (polysemy, "median tokens")
+    ngram_shares[name] = {
+        "n-gram share": (found["at_trigger"].sum(0) / found["firings"].sum(0).clamp_min(1))[included],
+        "chance (firings shuffled)": (
+            chance["at_trigger"].sum(0) / chance["firings"].sum(0).clamp_min(1))[included],
+        "confirmed tokens": counts,
+    }  # fmt: skip
+    ngram_rows.append({
+        "model": LABEL[name], "windows A / B": f"{len(text_a)} / {len(text_b)}",
+        "neurons (firing ≥ 10 times on B)": f"{int(included.sum())} of {len(included)}",
+        "median n-gram share on B [95% CI]": share.text(fmt=".2f"),
+        "chance": median_share(torch.arange(len(text_b)), chance),
+        "median confirmed tokens [95% CI]": polysemy.text(fmt=".0f"),
+        "neurons with none": int((counts == 0).sum()),
+    })  # fmt: skip
+pd.DataFrame(ngram_rows).style.hide(axis="index").format(precision=2)
+
+# %% tags=["plot"] alt="For each model, two histograms over the first block's MLP neurons: the share of their firings on split B at a trigger n-gram found on split A, against the same share with A's firings shuffled; and how many distinct tokens end their confirmed triggers."
+fig, axes = plt.subplots(len(models), 2, figsize=(10, 3.2 * len(models)), squeeze=False)
+for row, name in enumerate(models):
+    shares = ngram_shares[name]
+    bins = np.linspace(0, 1, 26)
+    for label in ("n-gram share", "chance (firings shuffled)"):
+        axes[row, 0].hist(shares[label].numpy(), bins=bins, alpha=0.6, label=label)
+    axes[row, 0].set(title=f"{LABEL[name]}: firings at a trigger (split B)",
+                     xlabel="share of a neuron's firings", ylabel="neurons")  # fmt: skip
+    axes[row, 0].legend(fontsize=8)
+    top = max(int(shares["confirmed tokens"].max()), 1)
+    axes[row, 1].hist(
+        shares["confirmed tokens"].numpy(), bins=np.arange(0, top + 2) - 0.5 if top < 60 else 40
+    )
+    axes[row, 1].set(title=f"{LABEL[name]}: distinct tokens per neuron",
+                     xlabel="tokens ending a confirmed trigger", ylabel="neurons")  # fmt: skip
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## Neurons that promote or suppress a class of tokens
@@ -765,9 +988,9 @@ for name in models:
     subset = torch.nn.functional.normalize(b[:4, :10], dim=-1)
     flat, window = subset.flatten(0, 1), torch.arange(4).repeat_interleave(10)
     brute = (flat @ flat.T)[window[:, None] != window[None, :]].mean().item()
-    check_rows.append(claims.check(f"{LABEL[name]}: cross_window_cosine is the mean over every cross pair",
-                                   abs(brute - stats.cross_window_cosine(subset)) < 1e-5,
-                                   f"{brute:.4f}"))  # fmt: skip
+    ledger.check(f"{LABEL[name]}: cross_window_cosine is the mean over every cross pair",
+                 abs(brute - stats.cross_window_cosine(subset)) < 1e-5,
+                 f"{brute:.4f}")  # fmt: skip
 
     def share_removed(windows: torch.Tensor, b=b, dims=dims) -> float:
         if len(dims) == 0:
@@ -837,9 +1060,44 @@ def cross_window_cosine(unit: torch.Tensor) -> float:
 exercises.predict("11.3", "no")
 sample = torch.nn.functional.normalize(b[:8], dim=-1)  # the last model's middle boundary, split B
 by_hand, package = cross_window_cosine(sample), stats.cross_window_cosine(sample)
-check_rows.append(claims.check("an anisotropy by hand equals stats.cross_window_cosine",
-                               abs(by_hand - package) < 1e-9, f"{package:.4f}"))  # fmt: skip
+ledger.check("an anisotropy by hand equals stats.cross_window_cosine",
+             abs(by_hand - package) < 1e-9, f"{package:.4f}")  # fmt: skip
 assert exercises.check("11.3", cross_window_cosine)
+
+# %% [markdown]
+# ## The direct path as bigram statistics, copying set aside
+#
+# The path from the embedding straight to the unembedding, every block skipped, is often read as
+# the model's bigram statistics. Both models here tie their embedding and unembedding, so the
+# direct path's favourite next token is the current token itself (its embedding has the largest
+# dot product with itself): asked naively, the question measures copying. So every ranking here
+# leaves the current token out. For each of the text's most frequent tokens: is the direct path's
+# top next token (other than the current one) a most frequent follower of it in the text
+# (`heads.bigram_hits_without_copying`)? The baseline knows no bigrams: it predicts the text's
+# most frequent token other than the current one.
+
+# %%
+direct_rows = []
+for name in models:
+    model = loaded[name]
+    frequent = torch.bincount(all_ids[name]).topk(n_frequent).indices
+    direct_hits, baseline_hits = heads.bigram_hits_without_copying(model, all_ids[name], frequent)
+    difference = stats.bootstrap_statistic(
+        lambda d, b: (d.float().mean() - b.float().mean()).item(), direct_hits, baseline_hits,
+        n_resamples=n_resamples, seed=seed,
+    )  # fmt: skip
+    measured[f"direct_path_bigrams_no_copy_{SUFFIX[name]}"] = (difference, "rate difference")
+    copies = torch.cat(
+        [heads.direct_path_logits(model, part).argmax(-1) == part for part in frequent.split(100)]
+    )
+    direct_rows.append({
+        "model": LABEL[name], "frequent tokens": len(frequent),
+        "direct path's top is the token itself": copies.float().mean().item(),
+        "direct path hits (itself left out)": direct_hits.float().mean().item(),
+        "unigram baseline hits": baseline_hits.float().mean().item(),
+        "difference [95% CI]": difference.text(fmt=".2f"),
+    })  # fmt: skip
+pd.DataFrame(direct_rows).style.hide(axis="index").format(precision=2)
 
 # %% [markdown]
 # ## The last layer's frequency bias
@@ -1019,8 +1277,8 @@ for name in models:
     accuracy = (clean > 0).float().mean().item()
     request = prompts.positions["request"]
     same_place = bool((request == request[0]).all())
-    check_rows.append(claims.check(f"{LABEL[name]}: every retrieval prompt asks at the same position",
-                                   same_place, f"position {request[0].item()}"))  # fmt: skip
+    ledger.check(f"{LABEL[name]}: every retrieval prompt asks at the same position",
+                 same_place, f"position {request[0].item()}")  # fmt: skip
     row = {"model": LABEL[name], "prompts": len(prompts), "answer preferred": accuracy,
            "logit difference": clean.mean().item(), "counterfactual's": swapped.mean().item()}  # fmt: skip
     if accuracy < 0.5:  # the positive control fails: nothing to decompose
@@ -1032,9 +1290,9 @@ for name in models:
     labels, contributions, bias_term = attribution.component_attributions(
         model, prompts.tokens, prompts.answers, prompts.foils)  # fmt: skip
     total = contributions.sum(0) + bias_term
-    check_rows.append(claims.check(f"{LABEL[name]}: the direct effects sum to the logit difference",
-                                   torch.allclose(total, clean, atol=1e-2, rtol=1e-3),
-                                   f"largest gap {(total - clean).abs().max().item():.1e}"))  # fmt: skip
+    ledger.check(f"{LABEL[name]}: the direct effects sum to the logit difference",
+                 torch.allclose(total, clean, atol=1e-2, rtol=1e-3),
+                 f"largest gap {(total - clean).abs().max().item():.1e}")  # fmt: skip
     head_rows = [i for i, label in enumerate(labels) if re.fullmatch(r"L\d+H\d+", label)]
     head_effects = contributions[head_rows]  # [head, prompt]
     head_layers = torch.tensor([int(re.match(r"L(\d+)", labels[i]).group(1)) for i in head_rows])
@@ -1096,7 +1354,7 @@ if retrieval_curves:
 # chapter). They are never counted as reproductions.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-catalogue)=
@@ -1107,20 +1365,17 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 # of neurons), the criterion in `notebooks/criteria/catalogue.toml`, and the verdict.
 
 # %%
-for key, criterion in criteria.items():
-    if key not in measured:  # a quick run measures one model
-        continue
-    (estimate, low, high), what = measured[key]
-    ours = f"{what} {estimate:.3g} [{low:.3g}, {high:.3g}]"
-    claim_rows.append(claims.judge(criterion, estimate, low, high, ours))
-claims.table(claim_rows).style.hide(axis="index")
+for key in ledger.criteria:
+    if key in measured:  # a quick run measures one model
+        interval, what = measured[key]
+        ledger.judge(key, interval, what)
+ledger.claims_table()
 
 # %% [markdown]
 # **Takeaways**, computed from the rows above.
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
-estimates = {row["id"]: row["estimate"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts, estimates = ledger.verdicts, ledger.estimates
 
 
 def per_model(stem: str, fmt: str = ".2f") -> str:
@@ -1134,12 +1389,21 @@ display(Markdown(
     "- **Subword joiners**, beyond what attending to the previous token gives: "
     f"{per_model('subword_joiner')}. Ablating the top three costs word-continuing tokens this many times "
     f"what three random heads cost: {per_model('joiner_heads_matter', '.1f')}.\n"
+    "- **Syntactic heads**, from the last word to the subject it agrees with (chosen on some nouns, measured "
+    f"on others): {per_model('syntactic_head')}. Mean-ablating the top three lowers the agreeing verb's "
+    "margin by this much more than three random heads of their layers: "
+    f"{per_model('syntactic_heads_matter', '+.2f')}.\n"
     f"- **OV circuits.** Successor heads chosen on numbers and letters, measured on days and months: "
     f"{per_model('successor_head')}. Copying heads on unseen tokens: {per_model('copying_head')}.\n"
     f"- **Memory management.** The most self-attending head's eigenvalue sign: "
     f"{per_model('erasing_self_head', '+.2f')}. Neurons with an input-output cosine below -0.5: "
     f"{per_model('erasing_neurons', '.2%')}.\n"
     f"- **Position neurons** (share of variance position explains): {per_model('position_neuron')}.\n"
+    "- **N-gram detectors** in the first block, the median share of a neuron's firings on new text at an "
+    f"n-gram that made it fire before: {per_model('ngram_detectors')}; the median number of distinct tokens "
+    f"ending its confirmed triggers: {per_model('ngram_polysemantic', '.0f')}.\n"
+    "- **The direct path**, its top next token other than the current one against the bigram top, over the "
+    f"unigram baseline: {per_model('direct_path_bigrams_no_copy', '+.2f')}.\n"
     "- **Anisotropy** removed by zeroing the outlier dimensions: "
     f"{per_model('anisotropy_outliers', '.0%')}.\n"
     "- **Frequency bias** of the last block (Spearman ρ with log frequency): "
@@ -1156,7 +1420,7 @@ display(Markdown(
 # where a verdict comes from the metric rather than the model, where a positive control is
 # only just met, and where the models here differ from the papers'.
 
-# %%
+# %% tags=["prose"]
 notes = []
 for row in ablation_rows:
     top_rise, random_rise = row["rise, joiner heads ablated"], row["rise, 3 random heads"]
@@ -1205,32 +1469,43 @@ for row in successor_rows:
 display(Markdown("\n".join(f"- {note}" for note in notes)))
 
 # %%
-results = {
-    "chapter": "catalogue",
-    "quick": quick,
-    "models": list(models),
-    "positional": positional_rows,
-    "joiner": joiner_rows,
-    "joiner_ablation": ablation_rows,
-    "successor": successor_rows,
-    "copying": copy_rows,
-    "memory_heads": memory_rows,
-    "memory_neurons": neuron_rows,
-    "position_neurons": position_rows,
-    "anisotropy": anisotropy_rows,
-    "anisotropy_by_boundary": {name: anisotropy_curves[name].to_dict(orient="records") for name in models},
-    "frequency_bias": frequency_rows,
-    "class_neurons": class_rows,
-    "retrieval": retrieval_rows,
-    "retrieval_heads": retrieval_heads,
-    "function_vector_tasks": fv_rows,
-    "notes": notes,
-    "function_vectors": fv_results,
-    "function_vector_heads": {
+results = ledger.results(
+    quick=quick,
+    models=list(models),
+    positional=positional_rows,
+    joiner=joiner_rows,
+    joiner_ablation=ablation_rows,
+    syntactic=syntactic_rows,
+    ngram_detectors=ngram_rows,
+    direct_path=direct_rows,
+    successor=successor_rows,
+    copying=copy_rows,
+    memory_heads=memory_rows,
+    memory_neurons=neuron_rows,
+    position_neurons=position_rows,
+    anisotropy=anisotropy_rows,
+    anisotropy_by_boundary={name: anisotropy_curves[name].to_dict(orient="records") for name in models},
+    frequency_bias=frequency_rows,
+    class_neurons=class_rows,
+    retrieval=retrieval_rows,
+    retrieval_heads=retrieval_heads,
+    function_vector_tasks=fv_rows,
+    notes=notes,
+    function_vectors=fv_results,
+    function_vector_heads={
         name: [f"L{layer}H{head}" for layer, head in chosen] for name, chosen in fv_heads.items()
     },
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
-book.save_results(results, rerun={"n_windows": n_windows, "seed": seed})
+)
+stems = sorted({key.rsplit("_", 1)[0] for key in verdicts})  # a behaviour, whatever the model
+
+
+def reproduced_on(stem: str) -> int:
+    return sum(verdicts.get(f"{stem}_{SUFFIX[name]}") == "reproduced" for name in models)
+
+
+everywhere = sum(reproduced_on(stem) == len(models) for stem in stems)
+nowhere = sum(reproduced_on(stem) == 0 for stem in stems)
+where = "both models" if len(models) == 2 else LABEL[models[0]]
+headline = (f"Of the {len(stems)} behaviours tested, {everywhere} are reproduced on {where}; "
+            f"{nowhere} {'on neither' if len(models) == 2 else 'are not'}.")  # fmt: skip
+book.save_results(results, rerun={"n_windows": n_windows, "seed": seed}, headline=headline)
