@@ -595,8 +595,11 @@ measured = {  # criterion id -> (per-seed values, what they are)
 for key in ledger.criteria:
     values, what = measured[key]
     # a ratio whose denominator is not positive is not measured: its claim is inconclusive
-    unmeasured = np.isnan(values).any()
-    interval = (np.nanmean(values), np.nan, np.nan) if unmeasured else stats.t_interval(values)
+    measured_seeds = values[np.isfinite(values)]
+    if len(measured_seeds) < len(values):  # the mean of the seeds that have one, without an interval
+        interval = (measured_seeds.mean() if len(measured_seeds) else np.nan, np.nan, np.nan)
+    else:
+        interval = stats.t_interval(values)
     ledger.judge(key, interval, what, fmt="+.3g")
 ledger.claims_table()
 
