@@ -429,8 +429,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"training them here, one at a time: ≈ {hours:.1f} h (with --workers N, less where the machine "
               "has room for N at once)")  # fmt: skip
         return
+    # run as `python -m resid.experiments` this module is __main__: the measurements are filed
+    # under the names the chapters look them up by, resid.experiments.*
+    from . import experiments
+
     trained = train_queue(missing, workers=args.workers, retrain=frozenset(needed),
-                          after=MEASUREMENTS.get(args.design))  # fmt: skip
+                          after=experiments.MEASUREMENTS.get(args.design))  # fmt: skip
     print(f"trained {len(trained)}; their records are in {records.directory()}")
 
 
