@@ -241,7 +241,7 @@ def test_bad_parameters_fail_at_once_with_one_line(capsys, monkeypatch):
         ("outliers", "model_name=no-such-model", "cannot load model 'no-such-model'"),
         ("kurtosis", "seeds=()", "seeds=() is out of range: must be non-empty"),
         ("kurtosis", "n_sequences=many", "n_sequences='many': must be int"),
-        ("painters", "dtype=float8", "must be one of bfloat16|float32|float64"),
+        ("painters", "dtype=float8", "must be one of auto|bfloat16|float32|float64"),
     ]
     for chapter, pair, expected in cases:
         assert book.main(["run", chapter, "-p", pair]) == 1
@@ -252,17 +252,18 @@ def test_bad_parameters_fail_at_once_with_one_line(capsys, monkeypatch):
 
 def test_a_bfloat16_chapter_on_a_cpu_without_bf16_units_names_the_faster_parameter(capsys, monkeypatch):
     monkeypatch.setattr(provenance, "bf16_units", lambda: False)
-    note = book.precision_note("painters", {})
+    note = book.precision_note("painters", {"dtype": "bfloat16"})
     assert "bfloat16" in note and 'P="dtype=float32"' in note
+    assert book.precision_note("painters", {}) is None  # its default, auto, takes float32 here
     assert book.precision_note("painters", {"dtype": "float32"}) is None
-    assert book.precision_note("painters", {"device": "cuda"}) is None
+    assert book.precision_note("painters", {"dtype": "bfloat16", "device": "cuda"}) is None
     assert book.precision_note("outliers", {}) is None  # no dtype parameter
     monkeypatch.setattr(book, "run_chapter", lambda name, parameters, **options: Path(f"{name}.ipynb"))
-    assert book.main(["run", "painters"]) == 0
+    assert book.main(["run", "painters", "-p", "dtype=bfloat16"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[1] == f"[resid] note: {note}", printed  # before the chapter runs
     monkeypatch.setattr(provenance, "bf16_units", lambda: True)
-    assert book.precision_note("painters", {}) is None
+    assert book.precision_note("painters", {"dtype": "bfloat16"}) is None
 
 
 def test_the_recorded_machine_says_whether_it_has_bf16_units(monkeypatch):

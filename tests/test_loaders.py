@@ -324,3 +324,17 @@ def test_gemma3_is_embedded_and_an_interrupted_assembly_leaves_no_file(monkeypat
     with pytest.raises(KeyboardInterrupt):
         loaders.load("gemma3-270m")
     assert not (tmp_path / "models" / package.MODEL_NAME).exists()  # the next load assembles again
+
+
+def test_auto_dtype_follows_the_cpus_bf16_units(monkeypatch):
+    from resid import loaders, provenance
+
+    monkeypatch.setattr(provenance, "bf16_units", lambda: True)
+    assert loaders.compute_dtype("auto") == "bfloat16"
+    monkeypatch.setattr(provenance, "bf16_units", lambda: False)
+    assert loaders.compute_dtype("auto") == "float32"
+    monkeypatch.setattr(provenance, "bf16_units", lambda: None)  # a torch that cannot tell
+    assert loaders.compute_dtype("auto") == "float32"
+    assert loaders.compute_dtype("float64") == "float64"  # a named precision is kept
+    with pytest.raises(ValueError, match="dtype must be"):
+        loaders.compute_dtype("half")

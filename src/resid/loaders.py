@@ -59,6 +59,19 @@ class UnknownModelError(ValueError):
     pass
 
 
+def compute_dtype(name: str) -> str:
+    """The precision a chapter computes in: ``name`` itself, or for ``"auto"`` bfloat16 where this
+    CPU has bf16 matrix units (about 3x float32's speed there) and float32 elsewhere (where bf16
+    runs several times slower; ``bench/bench_forward.py`` measures both)."""
+    if name not in ("auto", "bfloat16", "float32", "float64"):
+        raise ValueError(f"dtype must be auto, bfloat16, float32 or float64, not {name!r}")
+    if name != "auto":
+        return name
+    from .provenance import bf16_units
+
+    return "bfloat16" if bf16_units() else "float32"
+
+
 def load(name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Transformer:
     """The model called ``name``, in eval mode, with its tokenizer at ``model.tokenizer``."""
     from transformers.utils import logging as hf_logging
