@@ -265,3 +265,23 @@ def test_a_direct_path_that_copies_and_predicts_the_next_token_hits_its_bigrams_
         model.unembed.weight.copy_(2 * torch.eye(vocab))
         copying, _ = heads.bigram_hits_without_copying(model, ids, torch.arange(vocab))
     assert copying.float().mean() < 0.5
+
+
+def test_next_token_losses_average_to_the_models_loss():
+    model = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16)).eval()
+    tokens = torch.randint(0, 256, (3, 10), generator=torch.Generator().manual_seed(0))
+    losses = heads.next_token_losses(model, tokens)
+    assert losses.shape == (3, 9)
+    torch.testing.assert_close(losses.mean(), model.loss(tokens))
+
+
+def test_mean_ablation_over_one_sequence_leaves_that_sequence_unchanged():
+    model = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16)).eval()
+    tokens = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(0))
+    chosen = [(0, 1), "L1H3"]
+    own = heads.mean_ablation(model, tokens[:1], chosen)  # the mean of one sequence is itself
+    torch.testing.assert_close(heads.next_token_losses(model, tokens[:1], own),
+                               heads.next_token_losses(model, tokens[:1]))  # fmt: skip
+    other = heads.mean_ablation(model, tokens[1:], chosen)  # another sequence's outputs change it
+    changed = heads.next_token_losses(model, tokens[:1], other) - heads.next_token_losses(model, tokens[:1])
+    assert changed.abs().max() > 1e-4

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from resid import neurons
@@ -59,3 +60,57 @@ def test_last_layer_neuron_direct_effect_is_its_total_effect_when_the_final_scal
         model, clean, counter, 0, [0, 9], LogitDiff(answers, foils), direction
     )
     assert (direct - total).abs().max() > 1e-6
+
+
+def test_class_scores_are_class_promotion_for_every_layer():
+    model = tiny(n_layers=3)
+    classes = {"a": torch.tensor([3, 5, 7]), "b": torch.tensor([11, 2])}
+    scores = neurons.class_scores(model, classes)
+    for name, ids in classes.items():
+        assert scores[name].shape == (3, 64)
+        for layer in range(3):
+            torch.testing.assert_close(scores[name][layer], neurons.class_promotion(model, layer, ids))
+
+
+def test_mean_activations_average_the_positions_from_first_on():
+    model = tiny()
+    _, cache = model.run_with_cache(TOKENS, ["blocks.1.mlp.hook_post"])
+    means = neurons.mean_activations(model, TOKENS, [1], first=2)
+    torch.testing.assert_close(means[1], cache["blocks.1.mlp.hook_post"][:, 2:].mean((0, 1)))
+
+
+@pytest.mark.parametrize("sandwich", [False, True])
+def test_ablating_last_layer_neurons_has_only_a_direct_effect_when_the_scales_are_frozen(sandwich):
+    model = tiny(norm="rmsnorm", sandwich_norms=sandwich)
+    prompts = [TOKENS[0, :7], TOKENS[1, :12], TOKENS[2, :4]]  # lengths differ
+    answers = torch.tensor([5, 17, 200])
+    means = neurons.mean_activations(model, TOKENS, [0, 1])
+    scales = ["ln_final.hook_scale"] + (["blocks.1.ln2_post.hook_scale"] if sandwich else [])
+    direct, total = [], []
+    for ids, answer in zip(prompts, answers, strict=True):
+        _, cache = model.run_with_cache(ids[None], scales)
+        frozen = [(name, lambda scale, hook, kept=cache[name]: kept) for name in scales]
+        with model.hooks(frozen):  # the norms become linear, so the direct path is all there is
+            d, t = neurons.ablation_effects(model, [ids], answer[None], [(1, 3), (1, 40)], means)
+        direct.append(d)
+        total.append(t)
+    torch.testing.assert_close(torch.cat(direct), torch.cat(total), atol=1e-5, rtol=1e-4)
+    assert torch.cat(total).abs().max() > 1e-3  # the ablation did something
+    # unfrozen, and from an earlier layer, the network in between makes them differ
+    direct, total = neurons.ablation_effects(model, prompts, answers, [(0, 3), (0, 40)], means)
+    assert (direct - total).abs().max() > 1e-4
+
+
+def test_ablating_a_neuron_that_writes_the_answer_lowers_it():
+    model = tiny(norm="rmsnorm")
+    answer = 42
+    with torch.no_grad():  # neuron 5 of the last layer writes the answer's unembedding
+        model.blocks[1].mlp.W_out.weight[:, 5] = model.unembed.weight[answer] * 5
+    _, cache = model.run_with_cache(TOKENS[:1], ["blocks.1.mlp.hook_post"])
+    means = {1: torch.zeros(64)}
+    means[1] = cache["blocks.1.mlp.hook_post"][0, -1] - 2  # the ablation takes 2 units from each
+    direct, total = neurons.ablation_effects(model, [TOKENS[0]], torch.tensor([answer]), [(1, 5)], means)
+    assert total.item() < -0.5 and direct.item() < -0.5
+    # another neuron, lowered as much, moves the answer far less
+    _, other = neurons.ablation_effects(model, [TOKENS[0]], torch.tensor([answer]), [(1, 6)], means)
+    assert abs(other.item()) < abs(total.item()) / 3

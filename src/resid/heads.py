@@ -248,6 +248,28 @@ def in_context_losses(
 
 
 @torch.no_grad()
+def next_token_losses(model: Transformer, tokens: Tensor, fwd_hooks=()) -> Tensor:
+    """Cross-entropy of each next token, with ``fwd_hooks`` applied: ``[batch, pos - 1]``."""
+    logits = model.run_with_hooks(tokens, list(fwd_hooks))[:, :-1]  # [batch, pos - 1, vocab]
+    targets = tokens[:, 1:]
+    # flattened, so that the softmax runs over contiguous rows (Gemma's vocabulary is 262k wide)
+    flat = logits.flatten(0, 1).float()
+    losses = torch.nn.functional.cross_entropy(flat, targets.flatten(), reduction="none")
+    return losses.view(targets.shape)
+
+
+@torch.no_grad()
+def mean_ablation(model: Transformer, tokens: Tensor, chosen: list[HeadLike]) -> list:
+    """Hooks that replace the chosen heads' outputs (any spelling) by their mean over ``tokens``
+    (``[batch, pos]``) at each position: sequences of that length or shorter can be ablated."""
+    chosen = [Head.of(h) for h in chosen]
+    names = sorted({act_name("z", layer) for layer, _ in chosen})
+    _, cache = model.run_with_cache(tokens, names)
+    means = {layer: cache[act_name("z", layer)].mean(0) for layer, _ in chosen}  # [pos, head, d_head]
+    return hooks.replace_heads(chosen, means)
+
+
+@torch.no_grad()
 def ablated_in_context_losses(
     model: Transformer, tokens: Tensor, chosen: list[HeadLike], start: int
 ) -> Tensor:

@@ -178,6 +178,82 @@ def neuron_effects(
 
 
 @torch.no_grad()
+def class_scores(model: Transformer, classes: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``class_promotion`` of every neuron of every layer for each class of token ids:
+    ``{class: [layer, neuron]}`` (one pass through the unembedding per layer for all classes)."""
+    every = torch.cat(list(classes.values()))
+    per_layer = []
+    for layer in range(model.cfg.n_layers):
+        z = standardised_value_logits(model, layer, every)  # [neuron, token]
+        per_layer.append(z.split([len(ids) for ids in classes.values()], dim=1))
+    return {name: torch.stack([parts[i].mean(1) for parts in per_layer]) for i, name in enumerate(classes)}
+
+
+@torch.no_grad()
+def mean_activations(
+    model: Transformer, tokens: Tensor, layers: list[int], first: int = 2
+) -> dict[int, Tensor]:
+    """Each neuron's mean activation over ``tokens`` (``[batch, pos]``), positions ``first``
+    onwards: ``{layer: [d_mlp]}``, what a mean ablation writes."""
+    layers = sorted(set(layers))
+    _, cache = model.run_with_cache(tokens, [act_name("post", layer) for layer in layers])
+    return {layer: cache[act_name("post", layer)][:, first:].float().mean((0, 1)) for layer in layers}
+
+
+@torch.no_grad()
+def ablation_effects(
+    model: Transformer,
+    prompts: list[Tensor],
+    answers: Tensor,
+    chosen: list[tuple[int, int]],
+    means: dict[int, Tensor],
+) -> tuple[Tensor, Tensor]:
+    """The direct and the total effect of mean-ablating the ``chosen`` neurons (layer, neuron)
+    together, on each prompt's answer logit minus the mean logit over the vocabulary at its last
+    position: ``([prompt], [prompt])``, negative where the neurons supported the answer.
+
+    Total effect: the change when every chosen activation is replaced by ``means[layer]`` at
+    every position and the whole model runs. Direct effect: the part written straight into the
+    last position's logits, the activations' change there times the neurons' value vectors,
+    through the sublayer's output norm (Gemma's sandwich) and the final norm, each frozen at its
+    clean run's scale. With those scales frozen, a last layer's neurons have one effect only.
+    """
+    if model.cfg.post_norm or model.unembed is None:
+        raise ValueError("ablation effects are defined for pre-norm language models")
+    by_layer: dict[int, list[int]] = {}
+    for layer, neuron in chosen:
+        by_layer.setdefault(layer, []).append(neuron)
+    ablation = []
+    for layer, index in by_layer.items():
+        ablation += hooks.replace_coordinates(act_name("post", layer), index, means[layer])
+    final = model.resid_names()[-1]
+    names = [act_name("post", layer) for layer in by_layer] + [final]
+    unembed = model.unembed.weight.float()  # [vocab, d_model]
+    mean_row = unembed.mean(0)
+    direct, total = [], []
+    for ids, answer in zip(prompts, answers.tolist(), strict=True):
+        clean, cache = model.run_with_cache(ids[None], names)
+        ablated = model.run_with_hooks(ids[None], ablation)
+        centred = [logits[0, -1].float() for logits in (clean, ablated)]
+        total.append((centred[1][answer] - centred[1].mean()) - (centred[0][answer] - centred[0].mean()))
+        written = 0
+        for layer, index in by_layer.items():
+            block = model.blocks[layer]
+            acts = cache[act_name("post", layer)][0, -1]  # [d_mlp]
+            change = torch.zeros_like(acts)
+            change[index] = means[layer][index].to(acts.dtype) - acts[index]
+            out = write(change @ block.mlp.W_out.weight.T, block.R_mlp_out)  # [d_model]; a change: no bias
+            if getattr(block, "ln2_post", None) is not None:
+                whole = write(block.mlp.W_out(acts), block.R_mlp_out)
+                out = block.ln2_post.linear(out, block.ln2_post.scale(whole))
+            written = written + out
+        scale = model.ln_final.scale(cache[final][0, -1])
+        normed = read(model.ln_final.linear(written, scale), model.R_unembed)
+        direct.append(normed.float() @ (unembed[answer] - mean_row))
+    return torch.stack(direct), torch.stack(total)
+
+
+@torch.no_grad()
 def early_activations(model: Transformer, tokens: Tensor, layer: int = 0, batch_size: int = 16) -> Tensor:
     """Every neuron's activation (``blocks.{layer}.mlp.hook_post``) at every position of
     ``tokens`` (``[sequence, pos]``), running only the blocks up to ``layer``: ``[sequence, pos,
