@@ -1,6 +1,9 @@
+import json
+
 import pytest
 
 from resid import claims, stats
+from resid.paths import ROOT
 
 ABOVE = claims.Criterion("x", "c", "s", "m", "above", threshold=0.6, partly=0.3)
 
@@ -178,3 +181,30 @@ def test_a_ledger_judges_by_key_asserts_checks_and_saves_both():
     assert saved["chapter"] == "demo" and saved["quick"] and saved["claims"] == [row]
     assert saved["seconds"] >= 0 and len(ledger.claims_table().data) == 1
     assert list(ledger.checks_table().data.columns) == ["check", "detail", "passed"]
+
+
+def test_equal_measurements_pairs_claims_with_the_same_estimate_and_interval():
+    rows = [{"id": "a", "estimate": 0.5, "interval": [0.4, 0.6]},
+            {"id": "b", "estimate": 0.5, "interval": [0.4, 0.7]},
+            {"id": "c", "estimate": 0.5, "interval": [0.4, 0.6]},
+            {"id": "d", "estimate": float("nan"), "interval": [float("nan"), float("nan")]},
+            {"id": "e", "estimate": float("nan"), "interval": [float("nan"), float("nan")]}]  # fmt: skip
+    assert claims.equal_measurements(rows) == [("a", "c")]
+
+
+def test_every_pair_of_equal_measurements_in_the_book_is_named_a_repeat_or_a_coincidence():
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "notebooks" / "repeats.toml").read_text())
+    repeats, coincidences = claims.load_repeats(), listed.get("coincidences", {})
+    for path in sorted((ROOT / "book" / "chapters").glob("*.json")):
+        name = path.stem
+        rows = json.loads(path.read_text()).get("claims", [])
+        pairs = claims.equal_measurements(rows)
+        for earlier, later in pairs:
+            named = repeats.get(name, {}).get(later, {}).get("same_as") == earlier
+            named |= [earlier, later] in coincidences.get(name, [])
+            assert named, f"{name}: {later} has {earlier}'s number; name it in notebooks/repeats.toml"
+        for claim, repeat in repeats.get(name, {}).items():  # a listed repeat still repeats
+            same_as = repeat["same_as"]
+            assert (same_as, claim) in pairs, f"{name}: {claim} no longer repeats {same_as}"

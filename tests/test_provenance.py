@@ -87,3 +87,21 @@ def test_the_opening_box_result_gives_the_headline_then_every_verdict_counted():
         "1 supported."
     )
     assert book.verdict_summary([], "") == ""
+
+
+def test_a_claim_that_repeats_another_measurement_is_shown_and_not_counted(tmp_path):
+    toc = tmp_path / "_toc.yml"
+    toc.write_text("format: jb-book\nroot: intro\nparts:\n  - caption: Painters\n    chapters:\n"
+                   "      - file: chapters/painters\n")  # fmt: skip
+    row = {"claim": "c", "paper": "p", "ours": "0.07 [0.06, 0.09]", "criterion": "> 0",
+           "verdict": "reproduced", "estimate": 0.07, "interval": [0.06, 0.09]}  # fmt: skip
+    rows = [{**row, "id": "worse_than_skip"}, {**row, "id": "worst", "claim": "worst of all"}]
+    (tmp_path / "painters.json").write_text(json.dumps({"chapter": "painters", "claims": rows}))
+    repeats = {"painters": {"worst": {"same_as": "worse_than_skip", "why": "the runner-up is skip"}}}
+    page = book.results_page(tmp_path, toc=toc, repeats=repeats).read_text()
+    assert "Verdicts over all chapters: 1 reproduced." in page
+    assert "1 more rows repeat another claim's measurement and are not counted" in page
+    shown = "| worst of all | p | 0.07 [0.06, 0.09] | > 0 | unknown | reproduced (repeats `worse_than_skip`"
+    assert shown + ": not counted) |" in page
+    unlisted = book.results_page(tmp_path, toc=toc, repeats={}).read_text()
+    assert "Verdicts over all chapters: 2 reproduced." in unlisted

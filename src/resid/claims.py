@@ -44,6 +44,30 @@ VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive")
 PREDICTION_VERDICTS = ("supported", "partly", "not supported", "inconclusive")
 
 
+def load_repeats(path: Path | None = None) -> dict[str, dict[str, dict]]:
+    """Claims that repeat another claim's measurement, by chapter (``notebooks/repeats.toml``):
+    ``{chapter: {claim: {"same_as": other, "why": text}}}``. The results page shows them without
+    counting them."""
+    path = path or book_folder("notebooks") / "repeats.toml"
+    return tomllib.loads(path.read_text()).get("repeats", {}) if path.exists() else {}
+
+
+def equal_measurements(rows: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of a chapter's claims (earlier, later) with the same estimate and interval: a repeat
+    of one measurement, or a coincidence on independent data, which ``repeats.toml`` names."""
+    first: dict[tuple, str] = {}
+    pairs = []
+    for row in rows:
+        key = (row["estimate"], *row["interval"])
+        if any(isinstance(v, float) and math.isnan(v) for v in key):
+            continue  # an unmeasured claim equals nothing
+        if key in first:
+            pairs.append((first[key], row["id"]))
+        else:
+            first[key] = row["id"]
+    return pairs
+
+
 class CheckFailed(AssertionError):
     pass
 

@@ -59,12 +59,16 @@ def site_notebooks(html: Path, handouts: Path = HANDOUTS_OUT, out_dir: Path = CH
 AS_CLAIM = {"supported": "reproduced", "not supported": "not reproduced"}  # a prediction's verdicts, counted
 
 
-def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc.yml") -> Path:
+def results_page(
+    out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc.yml", repeats: dict | None = None
+) -> Path:
     """Write ``results.md``, the book's results overview, from the chapters' ``<chapter>.json``.
 
     One table per part of the book (its caption from the table of contents), a row per claim with
     the paper's figure, ours and the verdict, each linking to the chapter's own claims table
-    (label ``claims-<chapter>``); then a reproducibility note per chapter.
+    (label ``claims-<chapter>``); then a reproducibility note per chapter. A claim that
+    ``repeats`` (by default ``claims.load_repeats()``) lists as repeating another's measurement
+    is shown, marked, and not counted.
     """
     import yaml
 
@@ -81,7 +85,8 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
         "`<chapter>.json` beside its executed notebook) by `python -m resid.book results`, which "
         "`make book` runs; a chapter link leads to its full table and the experiment behind it.",
     ]
-    notes, counts, n_checks, by_kind = [], {}, 0, {}
+    repeats = claims.load_repeats() if repeats is None else repeats
+    notes, counts, n_checks, by_kind, n_repeats = [], {}, 0, {}, 0
     per_chapter: dict[str, dict] = {}  # chapter -> its verdict counts, confirmatory ones apart
     for part in parts:
         names = [c["file"].removeprefix("chapters/") for c in part["chapters"]]
@@ -100,8 +105,15 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
             link = f"{{ref}}`{name} <claims-{name}>`" + (" (quick run)" if results.get("quick") else "")
             tally = per_chapter.setdefault(link, {"claims": 0, "checks": len(results.get("checks", []))})
             for row in results.get("claims", []):
-                counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
                 kind = registration(name, row["id"])["registration"] if "id" in row else "unknown"
+                columns = [row["claim"], row["paper"], row["ours"], row["criterion"], kind]
+                repeat = repeats.get(name, {}).get(row.get("id", ""))
+                if repeat:  # one measurement, counted once: under the claim it repeats
+                    n_repeats += 1
+                    verdict = f"{cell(row['verdict'])} (repeats `{repeat['same_as']}`: not counted)"
+                    lines.append(f"| {link} | " + " | ".join(map(cell, columns)) + f" | {verdict} |")
+                    continue
+                counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
                 # a prediction of the book's own is "supported" where a paper's claim is "reproduced"
                 verdict = AS_CLAIM.get(row["verdict"], row["verdict"])
                 tally["claims"] += 1
@@ -111,7 +123,6 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
                     tally[f"confirmatory {verdict}"] = tally.get(f"confirmatory {verdict}", 0) + 1
                 by_kind.setdefault(kind, {}).setdefault(row["verdict"], 0)
                 by_kind[kind][row["verdict"]] += 1
-                columns = [row["claim"], row["paper"], row["ours"], row["criterion"], kind]
                 lines.append(
                     f"| {link} | " + " | ".join(map(cell, columns)) + f" | **{cell(row['verdict'])}** |"
                 )
@@ -121,6 +132,9 @@ def results_page(out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc
     checks = (f" Besides the claims, {n_checks} checks (identities and sanity properties, asserted where "
               "they are computed) passed; they are listed in their chapters and never counted as "
               "reproductions." if n_checks else "")  # fmt: skip
+    if n_repeats:
+        checks += (f" {n_repeats} more rows repeat another claim's measurement and are not counted "
+                   "(`notebooks/repeats.toml` says why for each).")  # fmt: skip
     kinds = "; ".join(
         f"**{kind}** {sum(v.values())} ("
         + ", ".join(f"{n} {verdict}" for verdict, n in sorted(v.items(), key=lambda kv: -kv[1]))
