@@ -208,3 +208,40 @@ def test_every_pair_of_equal_measurements_in_the_book_is_named_a_repeat_or_a_coi
         for claim, repeat in repeats.get(name, {}).items():  # a listed repeat still repeats
             same_as = repeat["same_as"]
             assert (same_as, claim) in pairs, f"{name}: {claim} no longer repeats {same_as}"
+
+
+def test_a_criterion_that_names_a_rule_takes_its_numbers_from_it(tmp_path):
+    (tmp_path / "demo.toml").write_text(
+        '[a_head]\nclaim = "some head"\nsource = "s"\nmetric = "m"\nrule = "head_of_this_kind"\n'
+    )
+    rule = claims.load_rules()["head_of_this_kind"]
+    criterion = claims.load_criteria("demo", tmp_path)["a_head"]
+    assert (criterion.direction, criterion.threshold, criterion.partly) == (
+        rule["direction"], rule["threshold"], rule["partly"])  # fmt: skip
+    (tmp_path / "demo.toml").write_text(
+        '[a_head]\nclaim = "c"\nsource = "s"\nmetric = "m"\nrule = "head_of_this_kind"\nthreshold = 0.2\n'
+    )
+    with pytest.raises(ValueError, match="names rule"):  # a rule's numbers are not written twice
+        claims.load_criteria("demo", tmp_path)
+    (tmp_path / "demo.toml").write_text('[a_head]\nclaim = "c"\nsource = "s"\nmetric = "m"\nrule = "nope"\n')
+    with pytest.raises(KeyError, match="no rule"):
+        claims.load_criteria("demo", tmp_path)
+
+
+def test_every_claim_a_rule_lists_carries_its_numbers_and_every_exception_differs():
+    for name, rule in claims.load_rules().items():
+        numbers = (rule["direction"], rule["threshold"], rule.get("partly"))
+        for chapter, ids in rule.get("claims", {}).items():
+            criteria = claims.load_criteria(chapter)
+            for key in ids:
+                c = criteria[key]
+                assert (c.direction, c.threshold, c.partly) == numbers, (
+                    f"{chapter}.{key} does not follow {name}"
+                )
+        for chapter, exceptions in rule.get("exceptions", {}).items():
+            criteria = claims.load_criteria(chapter)
+            for key in exceptions:
+                c = criteria[key]
+                assert (c.direction, c.threshold, c.partly) != numbers, (
+                    f"{chapter}.{key} follows {name} after all"
+                )

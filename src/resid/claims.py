@@ -129,7 +129,28 @@ def load_criteria(chapter: str, folder: Path | None = None) -> dict[str, Criteri
     if not path.exists():
         raise FileNotFoundError(f"{path} holds no criteria; write them before the chapter runs")
     table = tomllib.loads(path.read_text())
-    return {key: Criterion(id=key, **fields) for key, fields in table.items()}
+    rules = load_rules()
+
+    def fields_of(key: str, fields: dict) -> dict:
+        if "rule" not in fields:
+            return fields
+        name = fields.pop("rule")
+        if name not in rules:
+            raise KeyError(f"criterion {key}: no rule {name!r} in notebooks/rules.toml ({', '.join(rules)})")
+        rule = {k: rules[name][k] for k in ("direction", "threshold", "partly") if k in rules[name]}
+        if repeated := sorted(set(rule) & set(fields)):
+            raise ValueError(f"criterion {key}: names rule {name!r}, which sets {', '.join(repeated)}")
+        return rule | fields  # the rule's numbers; the criterion's own fields say what is measured
+
+    return {key: Criterion(id=key, **fields_of(key, dict(fields))) for key, fields in table.items()}
+
+
+def load_rules(path: Path | None = None) -> dict[str, dict]:
+    """The thresholds like claims share (``notebooks/rules.toml``), by rule name: each with its
+    meaning, direction, threshold and partly level, the claims that follow it by chapter, and
+    the older claims of its kind committed with other numbers (``exceptions``), with why."""
+    path = path or book_folder("notebooks") / "rules.toml"
+    return tomllib.loads(path.read_text()) if path.exists() else {}
 
 
 def interval_text(estimate: float, low: float, high: float, what: str = "", fmt: str = ".3g") -> str:
