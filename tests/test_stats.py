@@ -212,3 +212,30 @@ def test_window_statistics_add_up_to_the_whole_sample_and_find_a_planted_outlier
         whole = stats.outlier_dims(stream[boundary], 6.0, relative=True)
         assert torch.equal(torch.nonzero(outliers[:, boundary].any(0)).flatten(), whole)
         assert abs(kurt[:, boundary].mean().item() - stats.kurtosis_metric(stream[boundary])) < 1e-4
+
+
+def test_auroc_is_the_share_of_positive_negative_pairs_ordered_right_ties_half():
+    generator = torch.Generator().manual_seed(0)
+    positive = torch.randint(0, 5, (7, 3), generator=generator).float()  # ties on purpose
+    negative = torch.randint(0, 5, (9, 3), generator=generator).float()
+    pairs = positive[:, None] - negative[None]  # [pos, neg, column]
+    by_pairs = ((pairs > 0).float() + 0.5 * (pairs == 0).float()).mean((0, 1))
+    torch.testing.assert_close(stats.auroc(positive, negative), by_pairs)
+    separated = stats.auroc(torch.tensor([[2.0], [3.0]]), torch.tensor([[0.0], [1.0]]))
+    assert separated.item() == 1.0
+    assert stats.auroc(torch.tensor([[0.0], [1.0]]), torch.tensor([[2.0], [3.0]])).item() == 0.0
+    assert stats.auroc(torch.ones(4, 1), torch.ones(5, 1)).item() == 0.5
+
+
+def test_auroc_interval_covers_its_estimate_and_narrows_with_more_rows():
+    generator = torch.Generator().manual_seed(1)
+    small = stats.auroc_interval(
+        torch.randn(10, generator=generator) + 1, torch.randn(10, generator=generator)
+    )
+    large = stats.auroc_interval(
+        torch.randn(400, generator=generator) + 1, torch.randn(400, generator=generator)
+    )
+    for interval in (small, large):
+        assert interval.low <= interval.estimate <= interval.high
+    assert large.high - large.low < small.high - small.low
+    assert 0.7 < large.estimate < 0.84  # Phi(1 / sqrt 2) = 0.76 for unit normals one apart

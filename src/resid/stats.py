@@ -179,6 +179,34 @@ def bootstrap_statistic(
     return Interval(float(statistic(*columns)), low.item(), high.item())
 
 
+def auroc(positive: Tensor, negative: Tensor) -> Tensor:
+    """The area under the ROC curve of each column (a neuron, say) as a score telling positive
+    rows from negative ones: the probability that a positive row's value exceeds a negative
+    row's, ties counting half (0.5 by chance, 1 for perfect separation, 0 reversed).
+    ``positive [n_pos, ...]`` and ``negative [n_neg, ...]`` -> ``[...]``."""
+    shape = positive.shape[1:]
+    pos = positive.reshape(len(positive), -1).T.contiguous().double()  # [column, n_pos]
+    neg = negative.reshape(len(negative), -1).T.contiguous().double().sort(-1).values  # [column, n_neg]
+    below = torch.searchsorted(neg, pos, side="left")  # negatives strictly below each positive
+    tied = torch.searchsorted(neg, pos, side="right") - below
+    area = (below + 0.5 * tied).sum(-1) / (pos.shape[1] * neg.shape[1])
+    return area.reshape(shape).float()
+
+
+def auroc_interval(
+    positive: Tensor, negative: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> Interval:
+    """A one-column ``auroc`` with a percentile bootstrap interval that resamples the positive and
+    the negative rows apart (each keeps its count)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows_pos = torch.randint(0, len(positive), (n_resamples, len(positive)), generator=generator)
+    rows_neg = torch.randint(0, len(negative), (n_resamples, len(negative)), generator=generator)
+    values = auroc(positive[rows_pos].T, negative[rows_neg].T).double()  # [resample]
+    tail = (1 - level) / 2
+    low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return Interval(auroc(positive[:, None], negative[:, None]).item(), low.item(), high.item())
+
+
 def pearson(x: Tensor, y: Tensor) -> float:
     x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
     return (x @ y / (x.norm() * y.norm())).item()
