@@ -79,6 +79,17 @@ def test_mean_activations_average_the_positions_from_first_on():
     torch.testing.assert_close(means[1], cache["blocks.1.mlp.hook_post"][:, 2:].mean((0, 1)))
 
 
+def test_activations_at_one_position_are_the_cached_ones_there_batched_or_not():
+    model = tiny()
+    names = [f"blocks.{layer}.mlp.hook_post" for layer in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(TOKENS, names)
+    for position in (-1, 3):
+        expected = torch.stack([cache[name][:, position] for name in names], dim=1)  # [batch, layer, d_mlp]
+        for batch_size in (1, 32):
+            got = neurons.activations_at(model, TOKENS, position, batch_size=batch_size)
+            torch.testing.assert_close(got, expected.float())
+
+
 @pytest.mark.parametrize("sandwich", [False, True])
 def test_ablating_last_layer_neurons_has_only_a_direct_effect_when_the_scales_are_frozen(sandwich):
     model = tiny(norm="rmsnorm", sandwich_norms=sandwich)

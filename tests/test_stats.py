@@ -239,3 +239,33 @@ def test_auroc_interval_covers_its_estimate_and_narrows_with_more_rows():
         assert interval.low <= interval.estimate <= interval.high
     assert large.high - large.low < small.high - small.low
     assert 0.7 < large.estimate < 0.84  # Phi(1 / sqrt 2) = 0.76 for unit normals one apart
+
+
+def test_one_vs_rest_auroc_finds_the_column_planted_for_each_label():
+    generator = torch.Generator().manual_seed(2)
+    labels = torch.arange(3).repeat_interleave(8)  # three labels, 8 rows each
+    values = torch.randn(24, 5, generator=generator)
+    for label, column in ((0, 1), (1, 4), (2, 0)):
+        values[labels == label, column] += 10  # the column fires for that label alone
+    scores = stats.one_vs_rest_auroc(values, labels)  # [label, column]
+    assert scores.shape == (3, 5)
+    assert scores.argmax(1).tolist() == [1, 4, 0]
+    assert (scores.max(1).values == 1.0).all()
+    torch.testing.assert_close(scores[1], stats.auroc(values[labels == 1], values[labels != 1]))
+
+
+def test_stratified_bootstrap_keeps_each_labels_count_and_covers_its_estimate():
+    labels = torch.tensor([0] * 3 + [1] * 20)
+    values = torch.randn(23, generator=torch.Generator().manual_seed(3))
+    counts = []
+
+    def share_of_label_zero(rows: torch.Tensor) -> float:
+        counts.append(int((labels[rows] == 0).sum()))
+        return values[rows].mean().item()
+
+    interval = stats.stratified_bootstrap(share_of_label_zero, labels, n_resamples=200)
+    assert set(counts) == {3}  # every resample and the estimate: three rows of the rare label
+    assert interval.low <= interval.estimate <= interval.high
+    assert interval.estimate == pytest.approx(values.mean().item())
+    with pytest.raises(ValueError, match="two rows"):
+        stats.stratified_bootstrap(share_of_label_zero, torch.tensor([0, 1, 1]), n_resamples=10)

@@ -201,6 +201,22 @@ def mean_activations(
 
 
 @torch.no_grad()
+def activations_at(model: Transformer, tokens: Tensor, position: int = -1, batch_size: int = 32) -> Tensor:
+    """Every neuron of every layer (``blocks.{l}.mlp.hook_post``) at one ``position`` of each row
+    of ``tokens`` (``[batch, pos]``): ``[batch, layer, d_mlp]`` in float32. Only that position
+    is kept, so a long batch costs no more memory than its forward pass."""
+    names = [act_name("post", layer) for layer in range(model.cfg.n_layers)]
+    kept: dict[str, list[Tensor]] = {name: [] for name in names}
+
+    def keep(x: Tensor, hook_point) -> None:
+        kept[hook_point.name].append(x[:, position].float())  # [batch, d_mlp]
+
+    for start in range(0, len(tokens), batch_size):
+        model.run_with_hooks(tokens[start : start + batch_size], [(name, keep) for name in names])
+    return torch.stack([torch.cat(kept[name]) for name in names], dim=1)  # [batch, layer, d_mlp]
+
+
+@torch.no_grad()
 def ablation_effects(
     model: Transformer,
     prompts: list[Tensor],

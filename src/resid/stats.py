@@ -207,6 +207,33 @@ def auroc_interval(
     return Interval(auroc(positive[:, None], negative[:, None]).item(), low.item(), high.item())
 
 
+def one_vs_rest_auroc(values: Tensor, labels: Tensor) -> Tensor:
+    """For each label (``0 .. n_labels - 1``), ``auroc`` of every column with that label's rows
+    positive and every other row negative: ``values [n, ...]``, ``labels [n]`` ->
+    ``[n_labels, ...]``."""
+    groups = range(int(labels.max()) + 1)
+    return torch.stack([auroc(values[labels == g], values[labels != g]) for g in groups])
+
+
+def stratified_bootstrap(
+    statistic, labels: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> Interval:
+    """A statistic of a set of labelled rows, ``statistic(rows) -> float`` for an index tensor,
+    with a percentile bootstrap interval that resamples the rows within each label (each label
+    keeps its count: a one-vs-rest AUROC keeps its positives and its negatives)."""
+    generator = torch.Generator().manual_seed(seed)
+    members = [torch.nonzero(labels == g).flatten() for g in labels.unique()]
+    if any(len(m) < 2 for m in members):
+        raise ValueError("a stratified bootstrap needs at least two rows of every label")
+    draws = torch.cat(
+        [m[torch.randint(0, len(m), (n_resamples, len(m)), generator=generator)] for m in members], dim=1
+    )  # [resample, n]
+    values = torch.tensor([statistic(rows) for rows in draws], dtype=torch.float64)
+    tail = (1 - level) / 2
+    low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return Interval(float(statistic(torch.arange(len(labels)))), low.item(), high.item())
+
+
 def pearson(x: Tensor, y: Tensor) -> float:
     x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
     return (x @ y / (x.norm() * y.norm())).item()
