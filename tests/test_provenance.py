@@ -89,6 +89,16 @@ def test_the_opening_box_result_gives_the_headline_then_every_verdict_counted():
     assert book.verdict_summary([], "") == ""
 
 
+def test_the_opening_box_does_not_count_a_claim_that_repeats_another():
+    rows = [{"id": "a", "verdict": "reproduced"}, {"id": "b", "verdict": "reproduced"},
+            {"id": "c", "verdict": "not reproduced"}]  # fmt: skip
+    repeats = {"b": {"same_as": "a", "why": "the same number"}}
+    assert book.verdict_summary(rows, "", repeats) == (
+        "2 claims judged against their criteria: 1 reproduced, 1 not reproduced. 1 more repeats another "
+        "claim's number, not counted."
+    )
+
+
 def test_a_claim_that_repeats_another_measurement_is_shown_and_not_counted(tmp_path):
     toc = tmp_path / "_toc.yml"
     toc.write_text("format: jb-book\nroot: intro\nparts:\n  - caption: Painters\n    chapters:\n"

@@ -174,15 +174,22 @@ def start_chapter(chapter: str, seed: int = 0, criteria: dict | None = None) -> 
     return claims.Ledger(chapter, criteria)
 
 
-def verdict_summary(claim_rows: list[dict], headline: str = "") -> str:
+def verdict_summary(claim_rows: list[dict], headline: str = "", repeats: dict | None = None) -> str:
     """The sentence that ends a chapter's opening box: ``headline`` (the chapter's result in its
-    own computed words, if it gives one), then how many claims it judged and their verdicts."""
+    own computed words, if it gives one), then how many claims it judged and their verdicts. A
+    claim in ``repeats`` (the chapter's entries of ``notebooks/repeats.toml``) repeats another's
+    measurement: it is named apart and not counted, as on the results page."""
+    repeats = repeats or {}
+    counted = [row for row in claim_rows if row.get("id") not in repeats]
     counts: dict[str, int] = {}
-    for row in claim_rows:
+    for row in counted:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     order = [*claims.VERDICTS, *claims.PREDICTION_VERDICTS]
     verdicts = ", ".join(f"{counts[v]} {v}" for v in dict.fromkeys(order) if counts.get(v))
-    judged = f"{len(claim_rows)} claims judged against their criteria: {verdicts}." if claim_rows else ""
+    judged = f"{len(counted)} claims judged against their criteria: {verdicts}." if counted else ""
+    if len(counted) < len(claim_rows):
+        n = len(claim_rows) - len(counted)
+        judged += f" {n} more {'repeats' if n == 1 else 'repeat'} another claim's number, not counted."
     return " ".join(part for part in (headline.strip(), judged) if part)
 
 
@@ -220,7 +227,9 @@ def save_results(results: dict, rerun: dict | None = None, headline: str = "") -
     glue("rerun_cached", provenance.duration(times["cached_seconds"]), display=False)
     glue("rerun_cold", approx + provenance.duration(times["cold_seconds"]), display=False)
     glue("trained_on", provenance.built_on(times), display=False)
-    glue("chapter_result", Markdown(verdict_summary(results.get("claims", []), headline)), display=False)
+    repeats = claims.load_repeats().get(results["chapter"], {})  # shown in the tables, not counted
+    result = verdict_summary(results.get("claims", []), headline, repeats)
+    glue("chapter_result", Markdown(result), display=False)
     print(f"chapter computed in {results['seconds']:.0f} s")
 
 
