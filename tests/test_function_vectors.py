@@ -84,3 +84,25 @@ def test_prompts_have_one_length_never_show_the_query_and_shuffling_keeps_the_ou
         assert sorted(clean_row[4:-3:5]) == sorted(corrupt_row[4:-3:5])  # their outputs permuted
     zero, _ = fv.icl_prompts(WordTokenizer(), pairs, pairs[:2], n_shots=0)
     assert zero.tolist() == [[0, 10, 1], [0, 11, 1]]
+
+
+def test_the_next_item_task_holds_the_63_consecutive_pairs_its_criteria_name():
+    pairs = fv.NEXT_ITEM
+    assert len(pairs) == len(set(pairs)) == 63
+    assert ("nineteen", "twenty") in pairs and ("Sunday", "Monday") in pairs
+    assert ("December", "January") in pairs and ("y", "z") in pairs and ("z", "a") not in pairs
+    # no pair belongs to the four pooled tasks, whose claims keep their items
+    assert not set(pairs) & {pair for task in fv.FV_TASKS.values() for pair in task}
+
+
+def test_zero_shot_hits_a_zero_vector_changes_nothing_and_a_planted_answer_direction_wins():
+    model = tiny()
+    tokens = torch.randint(3, 40, (6, 5))
+    answers = torch.full((6,), 7)
+    none = fv.zero_shot_hits(model, tokens, answers, 1, torch.zeros(16), n_random=2)
+    assert torch.equal(none["vector"], none["plain"]) and torch.equal(none["random"], none["plain"])
+    unembedding = model.unembed.weight[7]  # [d_model]
+    planted = 1e4 * unembedding / unembedding.norm()  # the answer's own unembedding direction
+    hits = fv.zero_shot_hits(model, tokens, answers, 1, planted, generator=torch.Generator().manual_seed(0))
+    assert hits["vector"].tolist() == [1.0] * 6 and hits["plain"].mean() < 1
+    assert hits["random"].mean() < 1  # a random direction of that norm does not pick token 7

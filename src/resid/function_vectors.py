@@ -74,6 +74,18 @@ FV_TASKS: dict[str, list[tuple[str, str]]] = {
     ],
 }  # fmt: skip
 
+# A fifth task, the next item of a sequence, kept apart from FV_TASKS so that the four-task
+# claims keep their tasks: number words, the days and the months (each wrapping round once), and
+# the letters. 63 pairs, as notebooks/drafts/criteria/catalogue.toml states.
+_SEQUENCES = [
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty".split(),
+    "Monday Tuesday Wednesday Thursday Friday Saturday Sunday Monday".split(),
+    "January February March April May June July August September October November December January".split(),
+    list("abcdefghijklmnopqrstuvwxyz"),
+]
+NEXT_ITEM: list[tuple[str, str]] = [p for seq in _SEQUENCES for p in zip(seq[:-1], seq[1:], strict=True)]
+
 
 def usable_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[tuple[int, int]]:
     """The pairs whose input and output are one token each with a leading space: token ids."""
@@ -190,3 +202,29 @@ def top1_hits(model: Transformer, tokens: Tensor, answers: Tensor, hooks: list |
     """Per prompt, whether the answer is the most likely next token: ``[batch]`` floats."""
     logits = model.run_with_hooks(tokens, hooks or [])[:, -1]
     return (logits.argmax(-1) == answers).float()
+
+
+@torch.no_grad()
+def zero_shot_hits(
+    model: Transformer,
+    tokens: Tensor,
+    answers: Tensor,
+    boundary: int,
+    vector: Tensor,
+    n_random: int = 5,
+    generator: torch.Generator | None = None,
+) -> dict[str, Tensor]:
+    """Per zero-shot prompt, whether the answer is the top token: as it is (``"plain"``), with
+    ``vector`` added at the last position entering block ``boundary`` (``"vector"``), and with a
+    random direction of the same norm (``"random"``, the mean over ``n_random`` draws: Todd et
+    al.'s control, which separates the vector's direction from its size). Each ``[batch]``."""
+    randoms = []
+    for _ in range(n_random):
+        direction = torch.randn(vector.shape[-1], generator=generator)
+        random_vector = direction / direction.norm() * vector.norm()
+        randoms.append(top1_hits(model, tokens, answers, add_at(boundary, random_vector)))
+    return {
+        "plain": top1_hits(model, tokens, answers),
+        "vector": top1_hits(model, tokens, answers, add_at(boundary, vector)),
+        "random": torch.stack(randoms).mean(0),
+    }
