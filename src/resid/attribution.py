@@ -151,7 +151,7 @@ def value_weighted_attention(model: Transformer, tokens: Tensor) -> Tensor:
     ``[layer, batch, query, key]``. Unlike the raw pattern, a head that attends to a token
     whose value vector is near zero (an attention sink) scores near zero."""
     cfg = model.cfg
-    names = [f"blocks.{i}.attn.{hook}" for i in range(cfg.n_layers) for hook in ("hook_pattern", "hook_v")]
+    names = [act_name(hook, i) for i in range(cfg.n_layers) for hook in ("pattern", "v")]
     _, cache = model.run_with_cache(tokens, names)
     maps = []
     for layer, block in enumerate(model.blocks):

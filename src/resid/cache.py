@@ -34,6 +34,7 @@ SHORT_NAMES = {
     "q": "attn.hook_q",
     "k": "attn.hook_k",
     "v": "attn.hook_v",
+    "rot_k": "attn.hook_rot_k",  # keys after the rotary embedding
     "z": "attn.hook_z",
     "pattern": "attn.hook_pattern",
     "pre": "mlp.hook_pre",

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .basis import read, write
-from .cache import ActivationCache
+from .cache import ActivationCache, act_name
 from .stats import haar_rotation
 
 NORMS = ("layernorm", "rmsnorm", "basisfree")
@@ -635,7 +635,7 @@ class Transformer(nn.Module):
 
         The last one is the final block's raw output, before the final norm.
         """
-        return ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(self.cfg.n_layers)]
+        return [act_name("resid_pre", 0)] + [act_name("resid_post", i) for i in range(self.cfg.n_layers)]
 
     def residual_dims(self, name: str) -> tuple[int, ...]:
         """The dimensions of parameter ``name`` that index the residual stream: the input side of

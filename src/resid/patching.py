@@ -127,7 +127,7 @@ def _clean_run(model: Transformer, tokens: Tensor, names: list[str]) -> tuple[Te
     change: the returned flag)."""
     cfg = model.cfg
     suffix = cfg.causal and not cfg.post_norm
-    kv_names = [f"blocks.{i}.attn.{h}" for i in range(cfg.n_layers) for h in ("hook_rot_k", "hook_v")]
+    kv_names = [act_name(h, i) for i in range(cfg.n_layers) for h in ("rot_k", "v")]
     logits, cache = model.run_with_cache(tokens, names + (kv_names if suffix else []))
     return logits, cache, suffix
 
@@ -135,10 +135,7 @@ def _clean_run(model: Transformer, tokens: Tensor, names: list[str]) -> tuple[Te
 def _clean_prefix(cache: dict, layers: range, start: int, rows: Tensor) -> dict[int, tuple]:
     """Each block's clean keys and values of the positions before ``start``, for the batch rows
     ``rows`` (a prompt repeated once per patch), as ``_run_suffix`` reads them."""
-    return {
-        i: tuple(cache[f"blocks.{i}.attn.{h}"][rows, :start] for h in ("hook_rot_k", "hook_v"))
-        for i in layers
-    }
+    return {i: tuple(cache[act_name(h, i)][rows, :start] for h in ("rot_k", "v")) for i in layers}
 
 
 def _unchanged(replacement: Tensor, clean: Tensor) -> Tensor:
