@@ -33,6 +33,7 @@ def render(site) -> None:
 # where bf16 runs several times slower, and bfloat16 where it is faster; tests/test_tasks.py
 # checks the bfloat16 readout on a tiny model.)
 QUICK_OVERRIDES: dict[str, dict] = {}
+QUICK_WORKERS = int(os.environ.get("RESID_TEST_WORKERS", min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture(scope="session")
@@ -47,9 +48,9 @@ def quick_book(tmp_path_factory):
     root = Path(__file__).resolve().parents[1]
     site = tmp_path_factory.mktemp("quick-book") / "book"
     shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", "chapters"))
-    for name in book.chapters():
-        parameters = {"quick": True, **QUICK_OVERRIDES.get(name, {})}
-        book.run_chapter(name, parameters, out_dir=site / "chapters", progress=False)
+    runs = {name: {"quick": True, **QUICK_OVERRIDES.get(name, {})} for name in book.chapters()}
+    # two chapters at a time, a core each: their kernels' start, imports and model loading overlap
+    book.run_chapters(runs, out_dir=site / "chapters", workers=QUICK_WORKERS)
     render(site)
     return site
 

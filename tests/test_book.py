@@ -1,6 +1,7 @@
 """The chapter pipeline end to end: papermill executes a chapter, Jupyter Book renders it."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -83,6 +84,20 @@ def test_a_failing_chapter_names_itself_and_its_notebook_and_overwrites_nothing(
     message = str(error.value)
     assert "'broken'" in message and "on purpose" in message and str(out / ".broken.failed.ipynb") in message
     assert (out / "broken.ipynb").read_text() == "the last good execution"
+
+
+def test_chapters_run_two_at_a_time_each_kernel_with_its_share_of_the_cores(tmp_path, monkeypatch):
+    notebooks, out = tmp_path / "notebooks", tmp_path / "chapters"
+    notebooks.mkdir()
+    for number, name in enumerate(("first", "second"), 1):
+        (notebooks / f"0{number}_{name}.py").write_text(
+            '# %%\nimport os\n\nprint("threads", os.environ.get("OMP_NUM_THREADS"))\n'
+        )
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # two workers on four cores: two threads each
+    seconds = book.run_chapters({"first": {}, "second": {}}, out_dir=out, workers=2, notebooks=notebooks)
+    assert set(seconds) == {"first", "second"} and all(s > 0 for s in seconds.values())
+    for name in seconds:
+        assert "threads 2" in (out / f"{name}.ipynb").read_text()
 
 
 DEMO_CHAPTER = """# %% [markdown]
@@ -579,22 +594,22 @@ def test_registration_is_read_from_the_history():
     listed = book.registration("attribution", "lrp_more_faithful")
     assert listed["registration"] in ("pending", "confirmatory") and listed["criterion"]
     assert book.registration("ioi", "no_such_claim")["registration"] == "unknown"
-    # a draft's criteria, committed beside it before its runs: pending until its first execution
+    # criteria committed beside a draft before its runs, and moved with it when it was promoted
     draft = book.registration("adam", "adam_makes_heavy_directions_1e2")
     assert draft["registration"] in ("pending", "confirmatory") and draft["criterion"]
 
 
-def test_the_adam_drafts_defaults_are_the_design_committed_with_its_criteria():
+def test_the_adam_chapters_defaults_are_the_design_committed_with_its_criteria():
     from resid import experiments
 
-    declared = book.declared_parameters("adam", ROOT / "notebooks" / "drafts")
+    declared = book.declared_parameters("adam")
     design = experiments.ADAM_DESIGN
     for name in ("seeds", "learning_rates", "sgd_lr", "sgd_steps_factor", "widths", "width_seeds",
                  "width_reference_lr"):  # fmt: skip
         assert declared[name].default == design[name], name
     jobs = experiments.adam_design()
     assert len({cfg.key() for *_, cfg in jobs}) == 77  # 60 on the grid, 5 SGD, 12 widths (d 256 shared)
-    criteria = claims.load_criteria("adam", ROOT / "notebooks" / "drafts" / "criteria")
+    criteria = claims.load_criteria("adam")
     assert {f"adamw_privileged_{r}" for r in ("5e3", "1e2", "2e2")} <= set(criteria)
 
 

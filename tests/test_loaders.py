@@ -338,3 +338,24 @@ def test_auto_dtype_follows_the_cpus_bf16_units(monkeypatch):
     assert loaders.compute_dtype("float64") == "float64"  # a named precision is kept
     with pytest.raises(ValueError, match="dtype must be"):
         loaders.compute_dtype("half")
+
+
+def test_a_conversion_another_process_finished_first_is_kept_and_no_staging_is_left(tmp_path):
+    # two chapters run at once may both convert a model: the second to finish keeps the first's
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from resid import loaders
+
+    model = resid.Transformer(resid.Config(vocab_size=4, n_ctx=8, d_model=8, n_layers=1, n_heads=2, d_mlp=16))
+    backend = Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend)
+    target = tmp_path / "models" / "tiny"
+    target.mkdir(parents=True)
+    (target / "model.safetensors").write_bytes(b"the first process's weights")
+    loaders.save_converted(model, tokenizer, target)
+    assert (target / "model.safetensors").read_bytes() == b"the first process's weights"
+    assert [p.name for p in target.parent.iterdir()] == ["tiny"]
+    (target / "model.safetensors").unlink()  # an incomplete entry is replaced
+    loaders.save_converted(model, tokenizer, target)
+    assert loaders.load_converted(target).cfg == model.cfg

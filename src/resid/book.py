@@ -127,6 +127,44 @@ def run_chapter(
     return output
 
 
+def run_chapters(
+    runs: dict[str, dict], out_dir: Path = CHAPTERS_OUT, workers: int = 1, notebooks: Path = NOTEBOOKS
+) -> dict[str, float]:
+    """Execute several chapters (name -> parameters), ``workers`` at a time, each in a process of
+    its own whose kernel gets an equal share of the cores, so that no two chapters fight over one;
+    the longest first (by their committed executions' times), so that the last to start is a
+    short one. Returns each chapter's seconds; a failure raises its ``ChapterError``."""
+    if workers <= 1 or len(runs) <= 1:
+        return {name: _timed_run(name, parameters, out_dir, notebooks) for name, parameters in runs.items()}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    def committed_seconds(name: str) -> float:
+        path = CHAPTERS_OUT / f"{name}.ipynb"
+        metadata = json.loads(path.read_text()).get("metadata", {}) if path.exists() else {}
+        return metadata.get("papermill", {}).get("duration") or 0.0
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited torch state
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_share_cores, initargs=(threads,)
+    ) as pool:
+        futures = {name: pool.submit(_timed_run, name, runs[name], out_dir, notebooks)
+                   for name in sorted(runs, key=committed_seconds, reverse=True)}  # fmt: skip
+        return {name: futures[name].result() for name in runs}
+
+
+def _share_cores(threads: int) -> None:
+    # read by the kernel this process starts, whose torch takes its thread count from it
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+
+
+def _timed_run(name: str, parameters: dict, out_dir: Path, notebooks: Path) -> float:
+    start = time.perf_counter()
+    run_chapter(name, parameters, out_dir=out_dir, progress=False, notebooks=notebooks)
+    return time.perf_counter() - start
+
+
 @contextmanager
 def _echo_progress(enabled: bool) -> Iterator[None]:
     """Give the kernel a progress file (``resid.progress``) and copy what it writes to stderr."""

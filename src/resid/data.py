@@ -92,7 +92,9 @@ class HFTokenizer:
         self.vocab_size = len(tokenizer)
 
     def encode(self, text: str) -> list[int]:
-        return self.hf(text, add_special_tokens=self.add_special_tokens)["input_ids"]
+        # verbose=False: a long text is tokenized to be cut into windows, never fed whole to the
+        # model, so the tokenizer's warning about sequences past the model's length is noise
+        return self.hf(text, add_special_tokens=self.add_special_tokens, verbose=False)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode(ids)

