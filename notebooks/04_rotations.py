@@ -27,13 +27,16 @@
 # **Rerun:** {glue:md}`rerun_command`
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with its
-# training runs and SmolLM2 cached; {glue:text}`rerun_cold` from a cold cache, which trains the
-# basis-free, LayerNorm, shared- and independent-rotation models for every seed, and the
-# basis-free and shared-rotation models again in bfloat16.
+# training runs read from their records in `book/runs` (two models' weights are kept there, at
+# half precision, for the exercises that take them apart); {glue:text}`rerun_cold` to train every
+# run again (`RETRAIN=1`): the basis-free, LayerNorm, shared- and independent-rotation models for
+# every seed, and the basis-free and shared-rotation models again in bfloat16.
 # Where the training runs were trained: {glue:text}`trained_on`.
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claims.** {cite:t}`elhage2023privileged` argue that nothing in a transformer's forward pass
@@ -74,8 +77,6 @@ quick = False  # a small run for CI
 
 # %% tags=["setup"]
 import copy
-import time
-import warnings
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
@@ -86,24 +87,23 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import book, claims, data, experiments, stats
-from resid.model import fold_norm_gains, next_token_loss, rotate_residual
-from resid.train import train
+from resid import book, claims, data, exercises, experiments, stats
+from resid.cache import act_name
+from resid.model import fold_norm_gains, rotate_residual
+from resid.train import measure, train
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("rotations", seed)
 base = experiments.REGIME
 if quick:  # a few steps of a tiny model: every code path, none of the conclusions
     base = experiments.quick_config(base)
     seeds, n_rotations, n_sequences = (1, 2), 2, 4
-criteria = claims.load_criteria("rotations")
-claim_rows, check_rows = [], []
 
 
 # %%
-def trained(name: str, s: int):
-    return train(experiments.variant(name, s, base), progress=False)
+def kept_model(name: str, s: int):
+    """A trained model itself, for the exercises that take one apart: its weights are kept in its
+    run's record (at half precision). Everything else the chapter reads from the records."""
+    return train(experiments.variant(name, s, base), progress=False, keep_weights=True).model
 
 
 tokens = experiments.held_out_tokens(base, n_sequences, seed=seed)
@@ -121,46 +121,27 @@ print(f"regime: d_model={base.model.d_model}, {base.model.n_layers} layers, {bas
 # much the loss differs between seeds.
 
 # %%
-PRECISIONS = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
-              "float16": torch.float16}  # fmt: skip
-
-
-def loss_in(model, dtype: torch.dtype) -> float:
-    """Held-out loss with weights and activations in ``dtype``, the cross-entropy in float32."""
-    with torch.no_grad():
-        return next_token_loss(copy.deepcopy(model).to(dtype)(tokens[:, :-1]), tokens).item()
-
-
-rows, seed_losses = [], []
-for s in seeds:
-    model = trained("basisfree", s).model
-    unrotated = {name: loss_in(model, dtype) for name, dtype in PRECISIONS.items()}
-    seed_losses.append(unrotated["float32"])
-    model64 = copy.deepcopy(model).double()
-    for r in range(n_rotations):
-        rotation = stats.haar_rotation(base.model.d_model, seed=100 + r, dtype=torch.float64)
-        rotated = rotate_residual(model64, rotation)  # rotated in float64, then cast to each precision
-        for name, dtype in PRECISIONS.items():
-            rows.append({"seed": s, "rotation": r, "precision": name,
-                         "rounding cost": unrotated[name] - unrotated["float64"],
-                         "Δloss": loss_in(rotated, dtype) - unrotated[name]})  # fmt: skip
-invariance = pd.DataFrame(rows)
+PRECISIONS = list(experiments.PRECISIONS)  # float64, float32, bfloat16, float16
+invariance = pd.concat([
+    measure(experiments.variant("basisfree", s, base), experiments.rotation_invariance, tokens=tokens,
+            n_rotations=n_rotations).assign(seed=s)
+    for s in seeds
+], ignore_index=True)  # fmt: skip
+seed_losses = invariance.query("precision == 'float32' and rotation == 0")["loss"].to_numpy()
 invariance["|Δloss|"] = invariance["Δloss"].abs()
 invariance["|rounding cost|"] = invariance["rounding cost"].abs()
 seed_spread = float(np.std(seed_losses, ddof=1)) if len(seeds) > 1 else float("nan")
 largest = invariance.groupby("precision")["|Δloss|"].max()
-check_rows += [
-    claims.check("rotating every weight changes the float64 loss by rounding only", largest["float64"] < 1e-9,
-                 f"max |Δloss| {largest['float64']:.1e}"),
-    claims.check("... and the float32 loss by far less than the seed-to-seed spread",
-                 largest["float32"] < 0.01 * seed_spread,
-                 f"max |Δloss| {largest['float32']:.1e} vs seed sd {seed_spread:.1e}"),
-]  # fmt: skip
+ledger.check("rotating every weight changes the float64 loss by rounding only", largest["float64"] < 1e-9,
+             f"max |Δloss| {largest['float64']:.1e}")  # fmt: skip
+ledger.check("... and the float32 loss by far less than the seed-to-seed spread",
+             largest["float32"] < 0.01 * seed_spread,
+             f"max |Δloss| {largest['float32']:.1e} vs seed sd {seed_spread:.1e}")  # fmt: skip
 
 # %% tags=["plot"] alt="Strip plot on a log scale of the change in held-out loss when every weight of the basis-free model is rotated, one point per rotation and seed, for each floating-point precision, against the spread of the loss over seeds."
 fig, ax = plt.subplots(figsize=(7, 3.4))
 shown = invariance.assign(**{"|Δloss|": invariance["|Δloss|"].clip(lower=1e-16)})
-sns.stripplot(data=shown, x="precision", y="|Δloss|", order=list(PRECISIONS), size=6, alpha=0.7, ax=ax)
+sns.stripplot(data=shown, x="precision", y="|Δloss|", order=PRECISIONS, size=6, alpha=0.7, ax=ax)
 ax.axhline(seed_spread, color="C3", ls="--", label=f"sd of the loss over {len(seeds)} seeds")
 ax.set(yscale="log", title="basis-free model: loss change under a rotation of every weight",
        ylabel="|Δloss| (nats per byte; 0 drawn at 1e-16)")  # fmt: skip
@@ -171,10 +152,10 @@ plt.show()
 by_precision = invariance.groupby("precision").agg(
     **{"mean |rounding cost|": ("|rounding cost|", "mean"), "mean Δloss": ("Δloss", "mean"),
        "mean |Δloss|": ("|Δloss|", "mean"), "max |Δloss|": ("|Δloss|", "max")}
-).loc[list(PRECISIONS)]  # fmt: skip
+).loc[PRECISIONS]  # fmt: skip
 by_precision.style.format("{:+.1e}")
 
-# %%
+# %% tags=["prose"]
 relative = by_precision["mean |Δloss|"] / by_precision["mean |rounding cost|"]
 display(Markdown(
     f"Largest change under rotation: {largest['float64']:.1e} nats in float64, {largest['float32']:.1e} in "
@@ -198,8 +179,6 @@ display(Markdown(
 # rotation would. **Predict**: does the loss move by float noise, by a little, or by a lot?
 
 # %% tags=["starter"]
-from resid import exercises  # the exercises' checks
-
 exercises.predict("4.1", ...)  # "float noise", "a little" or "a lot"
 
 
@@ -208,10 +187,10 @@ def rotate_but_forget(model, rotation: torch.Tensor):
     raise NotImplementedError  # your code here
 
 
-exercises.check("4.1", rotate_but_forget, model=trained("basisfree", seeds[0]).model, tokens=tokens)
+exercises.check("4.1", rotate_but_forget, model=kept_model("basisfree", seeds[0]), tokens=tokens)
 
 # %% tags=["hide-cell", "solution"]
-model64 = copy.deepcopy(trained("basisfree", seeds[0]).model).double()
+model64 = copy.deepcopy(kept_model("basisfree", seeds[0])).double()
 rotation = stats.haar_rotation(base.model.d_model, seed=7, dtype=torch.float64)
 with torch.no_grad():
     reference = model64.loss(tokens).item()
@@ -220,10 +199,9 @@ with torch.no_grad():
     buggy.blocks[0].mlp.W_out.weight.copy_(model64.blocks[0].mlp.W_out.weight)
     exact_change = abs(exact.loss(tokens).item() - reference)
     buggy_change = abs(buggy.loss(tokens).item() - reference)
-check_rows.append(claims.check(
-    "leaving one writer unrotated breaks the function", exact_change < 1e-9 and buggy_change > 1e-3,
-    f"|Δloss| {exact_change:.1e} with every matrix rotated, {buggy_change:.3f} with one left out",
-))  # fmt: skip
+ledger.check("leaving one writer unrotated breaks the function", exact_change < 1e-9 and buggy_change > 1e-3,
+             f"|Δloss| {exact_change:.1e} with every matrix rotated, {buggy_change:.3f} with one left "
+             "out")  # fmt: skip
 print(f"every matrix rotated: |Δloss| {exact_change:.1e}; one writer left out: {buggy_change:.3f} nats. "
       "The MLP's output lands in the old basis, where every later layer reads it as a different "
       "vector.")  # fmt: skip
@@ -239,36 +217,62 @@ print(f"every matrix rotated: |Δloss| {exact_change:.1e}; one writer left out: 
 # read the norm's output. What is left is the basis-free norm, and rotation is exact again.
 
 # %%
-rows = []
-for s in seeds:
-    model = trained("layernorm", s).model.double()
-    folded = fold_norm_gains(model)
-    loss = model.loss(tokens).item()
-    for r in range(n_rotations):
-        rotation = stats.haar_rotation(base.model.d_model, seed=100 + r, dtype=torch.float64)
-        rows.append(
-            {
-                "seed": s,
-                "rotation": r,
-                "naive |Δloss|": abs(
-                    rotate_residual(model, rotation, strict=False).loss(tokens).item() - loss
-                ),
-                "folded, not rotated |Δloss|": abs(folded.loss(tokens).item() - loss),
-                "folded + rotated |Δloss|": abs(rotate_residual(folded, rotation).loss(tokens).item() - loss),
-            }
-        )
-layernorm_rotation = pd.DataFrame(rows)
+layernorm_rotation = pd.concat([
+    measure(experiments.variant("layernorm", s, base), experiments.layernorm_rotation, tokens=tokens,
+            n_rotations=n_rotations).assign(seed=s)
+    for s in seeds
+], ignore_index=True)  # fmt: skip
 worst, naive_least = layernorm_rotation.max(), layernorm_rotation["naive |Δloss|"].min()
-check_rows += [
-    claims.check("folding LayerNorm's mean and gains keeps the function",
-                 worst["folded, not rotated |Δloss|"] < 1e-9,
-                 f"max |Δloss| {worst['folded, not rotated |Δloss|']:.1e} (float64)"),
-    claims.check("a naive rotation of a LayerNorm model changes its loss; folded, the rotation is exact",
-                 naive_least > 1e3 * worst["folded + rotated |Δloss|"],
-                 f"naive at least {naive_least:.2e}, folded and rotated at most "
-                 f"{worst['folded + rotated |Δloss|']:.1e}"),
-]  # fmt: skip
+ledger.check("folding LayerNorm's mean and gains keeps the function",
+             worst["folded, not rotated |Δloss|"] < 1e-9,
+             f"max |Δloss| {worst['folded, not rotated |Δloss|']:.1e} (float64)")  # fmt: skip
+ledger.check("a naive rotation of a LayerNorm model changes its loss; folded, the rotation is exact",
+             naive_least > 1e3 * worst["folded + rotated |Δloss|"],
+             f"naive at least {naive_least:.2e}, folded and rotated at most "
+             f"{worst['folded + rotated |Δloss|']:.1e}")  # fmt: skip
 layernorm_rotation.groupby("seed").max().drop(columns="rotation").style.format("{:.2e}")
+
+# %% [markdown]
+# ### Exercise 4.4: where LayerNorm's mean goes
+#
+# *Predict, then code and check · difficulty 2 of 3 · about 20 minutes*
+#
+# `fold_norm_gains` takes LayerNorm's mean subtraction out of the norm by centring every write to
+# the residual stream instead: each row of the token and position embeddings, and each output
+# column of every block's `attn.W_O` and `mlp.W_out` (an `nn.Linear` weight is `[d_model, in]`),
+# made to sum to zero over the `d_model` coordinates. Write `centre_writes(model)`, a copy of a
+# LayerNorm model with every write centred and nothing else changed. **Predict**: does the loss
+# move by float noise, by a little, or by a lot? (The check builds its own small LayerNorm model
+# with untied embeddings, in float64.)
+
+# %% tags=["starter"]
+exercises.predict("4.4", ...)  # "float noise", "a little" or "a lot"
+
+
+def centre_writes(model):
+    """A copy of ``model`` whose every write to the residual stream has zero mean over d_model."""
+    raise NotImplementedError  # your code here
+
+
+exercises.check("4.4", centre_writes)
+
+
+# %% tags=["hide-cell", "solution"]
+def centre_writes(model):
+    centred = copy.deepcopy(model)
+    with torch.no_grad():
+        for embedding in (centred.embed, centred.pos_embed):  # [vocab or n_ctx, d_model]: each row
+            embedding.weight -= embedding.weight.mean(-1, keepdim=True)
+        for block in centred.blocks:
+            for writer in (block.attn.W_O, block.mlp.W_out):  # [d_model, in]: each column
+                writer.weight -= writer.weight.mean(0, keepdim=True)
+    return centred
+
+
+exercises.predict("4.4", "float noise")
+assert exercises.check("4.4", centre_writes)
+print("LayerNorm subtracts the stream's mean before every read, so a write's mean never reaches a "
+      "layer: removing it from every write leaves the function alone and the stream at mean 0.")  # fmt: skip
 
 # %% [markdown]
 # ## 3. The same on a pretrained model: SmolLM2
@@ -294,15 +298,13 @@ kurt_before = [stats.kurtosis_metric(h) for h in before]
 kurt_after = [stats.kurtosis_metric(h) for h in after]
 max_before = before.abs().amax(dim=(1, 2)).numpy()
 max_after = after.abs().amax(dim=(1, 2)).numpy()
-check_rows += [
-    claims.check(f"QuaRot: folded and rotated {model_name} computes the same logits",
-                 agreement > 0.99 and difference < 1e-3 * logits.abs().max().item(),
-                 f"max |Δlogit| {difference:.1e}, top-1 agreement {agreement:.2%}"),
-    claims.check("... and its residual stream, Haar-rotated, has kurtosis ≈ 3 at every boundary",
-                 max(abs(k - 3) for k in kurt_after) < 0.5,
-                 f"{min(kurt_after):.2f} to {max(kurt_after):.2f} (from {min(kurt_before):.1f} to "
-                 f"{max(kurt_before):,.0f} before)"),
-]  # fmt: skip
+ledger.check(f"QuaRot: folded and rotated {model_name} computes the same logits",
+             agreement > 0.99 and difference < 1e-3 * logits.abs().max().item(),
+             f"max |Δlogit| {difference:.1e}, top-1 agreement {agreement:.2%}")  # fmt: skip
+ledger.check("... and its residual stream, Haar-rotated, has kurtosis ≈ 3 at every boundary",
+             max(abs(k - 3) for k in kurt_after) < 0.5,
+             f"{min(kurt_after):.2f} to {max(kurt_after):.2f} (from {min(kurt_before):.1f} to "
+             f"{max(kurt_before):,.0f} before)")  # fmt: skip
 
 # %% tags=["plot"] alt="Two panels for SmolLM2 before and after its norms are folded and every weight is rotated: the kurtosis per layer boundary and the largest residual entry per boundary, both on log scales."
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
@@ -319,7 +321,7 @@ fig.suptitle(f"{model_name}: the same function in a random basis")
 plt.tight_layout()
 plt.show()
 
-# %%
+# %% tags=["prose"]
 display(Markdown(
     f"Largest logit difference {difference:.2e} (logits span ±{logits.abs().max().item():.0f}); the top "
     f"token agrees at {agreement:.2%} of {logits.shape[0] * logits.shape[1]:,} positions. Kurtosis after "
@@ -361,12 +363,12 @@ with torch.no_grad():
     turned = rotate_residual(folded.double(), givens).float()
     givens_difference = (turned(smol_tokens) - logits).abs().max().item()
     turned_max = turned.residual_stream(smol_tokens)[peak_layer].abs().max().item()
-check_rows.append(claims.check(
+ledger.check(
     "a 45° Givens rotation keeps the logits and splits the largest entry",
     bool(torch.allclose(givens @ givens.T, torch.eye(smol.cfg.d_model, dtype=torch.float64)))
     and givens_difference < 1e-2 and turned_max < 0.8 * max_before[peak_layer],
     f"max |Δlogit| {givens_difference:.1e}; largest entry {max_before[peak_layer]:,.0f} -> {turned_max:,.0f}",
-))  # fmt: skip
+)  # fmt: skip
 print(f"max |Δlogit| {givens_difference:.1e}: the same function. Largest entry at boundary {peak_layer}: "
       f"{max_before[peak_layer]:,.0f} -> {turned_max:,.0f} (about 1/√2: it is now shared by two "
       "coordinates).")  # fmt: skip
@@ -385,12 +387,12 @@ names = ["basisfree", "shared rotation", "independent rotations"]
 curves, finals, analysis = experiments.compare_variants(names, seeds, base, tokens)
 residual = experiments.heaviest(analysis, "residual")
 computation = experiments.heaviest(analysis, "mlp-in")
-check_rows.append(claims.check(
+ledger.check(
     "every rotated control (residual boundary or MLP input chosen) is ≈ 3",
     bool(pd.concat([residual, computation])["control"].sub(3).abs().max() < (1.0 if quick else 0.3)),
     f"{min(residual['control'].min(), computation['control'].min()):.2f} to "
     f"{max(residual['control'].max(), computation['control'].max()):.2f} over {len(residual)} runs",
-))  # fmt: skip
+)  # fmt: skip
 
 # %% tags=["plot"] alt="Three panels comparing the basis-free model with its shared-rotation and independent-rotation variants over seeds: held-out loss over training, kurtosis of the residual stream after each block, and kurtosis of the MLP input in each block."
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
@@ -418,20 +420,15 @@ plt.show()
 
 
 # %%
-def with_interval(values: pd.Series) -> str:
-    mean, low, high = stats.t_interval(values.to_numpy())
-    return f"{mean:.3g} [{low:.3g}, {high:.3g}]"
-
-
 def where(layers: pd.Series) -> str:
     return ", ".join(map(str, sorted(set(layers))))
 
 
 summary = pd.DataFrame({
-    "held-out loss [95% CI]": finals.groupby("variant")["val loss"].agg(with_interval),
-    "residual excess [95% CI]": residual.groupby("variant")["excess"].agg(with_interval),
+    "held-out loss [95% CI]": finals.groupby("variant")["val loss"].agg(claims.t_interval_text),
+    "residual excess [95% CI]": residual.groupby("variant")["excess"].agg(claims.t_interval_text),
     "boundaries": residual.groupby("variant")["layer"].agg(where),
-    "MLP-input excess [95% CI]": computation.groupby("variant")["excess"].agg(with_interval),
+    "MLP-input excess [95% CI]": computation.groupby("variant")["excess"].agg(claims.t_interval_text),
     "blocks": computation.groupby("variant")["layer"].agg(where),
 }).loc[names]  # fmt: skip
 display(summary)
@@ -456,26 +453,25 @@ def rotated_residual_kurtosis(model, tokens: torch.Tensor) -> list[float]:
     raise NotImplementedError  # your code here
 
 
-shared = trained("shared rotation", seeds[0]).model
+shared = kept_model("shared rotation", seeds[0])
 exercises.check("4.3", rotated_residual_kurtosis, model=shared, tokens=tokens)
 
 # %% tags=["hide-cell", "solution"]
-shared = trained("shared rotation", seeds[0]).model
-hooks = [f"blocks.{i}.hook_{p}" for i in range(base.model.n_layers) for p in ("resid_mid", "mlp_in")]
+shared = kept_model("shared rotation", seeds[0])
+hooks = [act_name(p, i) for i in range(base.model.n_layers) for p in ("resid_mid", "mlp_in")]
 _, cache = shared.run_with_cache(tokens, hooks)
 rows = []
 for i, block in enumerate(shared.blocks):
-    mid, mlp_in = cache.get(f"blocks.{i}.hook_resid_mid"), cache.get(f"blocks.{i}.hook_mlp_in")
+    mid, mlp_in = cache.get(act_name("resid_mid", i)), cache.get(act_name("mlp_in", i))
     # the basis-free norm scales each token by one number, which kurtosis ignores: only R matters
     rows.append({"block": i, "residual": stats.kurtosis_metric(mid),
                  "residual @ R_mlp_in": stats.kurtosis_metric(mid @ block.R_mlp_in),
                  "MLP input": stats.kurtosis_metric(mlp_in)})  # fmt: skip
 computation_basis = pd.DataFrame(rows).set_index("block")
 gap = (computation_basis["residual @ R_mlp_in"] - computation_basis["MLP input"]).abs()
-check_rows.append(claims.check(
-    "the shared model's MLP input has the kurtosis of the residual stream rotated by R_mlp_in",
-    bool((gap < 1e-3 * computation_basis["MLP input"]).all()), f"largest gap {gap.max():.1e}",
-))  # fmt: skip
+ledger.check("the shared model's MLP input has the kurtosis of the residual stream rotated by R_mlp_in",
+             bool((gap < 1e-3 * computation_basis["MLP input"]).all()),
+             f"largest gap {gap.max():.1e}")  # fmt: skip
 computation_basis.style.format("{:.3f}")
 
 # %% [markdown]
@@ -523,16 +519,16 @@ loss_by_run = finals.set_index(["variant", "seed"])["val loss"]
 loss16_by_run = finals16.set_index(["variant", "seed"])["val loss"]
 residual16_by_run = residual16.set_index(["variant", "seed"])["excess"]
 bf16_summary = pd.DataFrame({
-    "held-out loss [95% CI]": finals16.groupby("variant")["val loss"].agg(with_interval),
-    "residual excess [95% CI]": residual16.groupby("variant")["excess"].agg(with_interval),
-    "MLP-input excess [95% CI]": computation16.groupby("variant")["excess"].agg(with_interval),
+    "held-out loss [95% CI]": finals16.groupby("variant")["val loss"].agg(claims.t_interval_text),
+    "residual excess [95% CI]": residual16.groupby("variant")["excess"].agg(claims.t_interval_text),
+    "MLP-input excess [95% CI]": computation16.groupby("variant")["excess"].agg(claims.t_interval_text),
 }).loc[bf16_names]  # fmt: skip
 display(bf16_summary)
 bf16_cost = (loss16_by_run.loc["basisfree"] - loss_by_run.loc["basisfree"]).loc[list(seeds)].to_numpy()
-cost_mean, cost_low, cost_high = stats.t_interval(bf16_cost)
+bf16_cost_interval = stats.t_interval(bf16_cost)
 display(Markdown(
     f"Trained in bfloat16, the basis-free model's held-out loss differs from its float32 training by "
-    f"{cost_mean:+.3f} [{cost_low:+.3f}, {cost_high:+.3f}] nats per byte (paired by seed, 95% t-interval); "
+    f"{bf16_cost_interval.text(fmt='+.3f')} nats per byte (paired by seed, 95% t-interval); "
     "`bench/bench_train.py` measures what bf16 autocast saves in time."
 ))  # fmt: skip
 
@@ -543,7 +539,7 @@ display(Markdown(
 # chapter). They are never counted as reproductions.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-rotations)=
@@ -594,22 +590,22 @@ measured = {  # criterion id -> (per-seed values, what they are)
     "bf16_training_tails": (
         np.log2(np.where(bf16_over_fp32 > 0, bf16_over_fp32, np.nan)), "log2 ratio"),
 }  # fmt: skip
-for key, criterion in criteria.items():
+for key in ledger.criteria:
     values, what = measured[key]
-    if np.isnan(values).any():
-        mean, low, high = float(np.nanmean(values)), float("nan"), float("nan")
+    # a ratio whose denominator is not positive is not measured: its claim is inconclusive
+    measured_seeds = values[np.isfinite(values)]
+    if len(measured_seeds) < len(values):  # the mean of the seeds that have one, without an interval
+        interval = (measured_seeds.mean() if len(measured_seeds) else np.nan, np.nan, np.nan)
     else:
-        mean, low, high = stats.t_interval(values)
-    ours = f"{what} {mean:+.3g} [{low:+.3g}, {high:+.3g}]"
-    claim_rows.append(claims.judge(criterion, mean, low, high, ours))
-claims.table(claim_rows).style.hide(axis="index")
+        interval = stats.t_interval(values)
+    ledger.judge(key, interval, what, fmt="+.3g")
+ledger.claims_table()
 
 # %% [markdown]
 # **What agrees with the paper, and what does not.** Computed from the rows above.
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
-estimates = {row["id"]: row["estimate"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts, estimates = ledger.verdicts, ledger.estimates
 mean_excess = pd.DataFrame({"residual": residual.groupby("variant")["excess"].mean(),
                             "MLP input": computation.groupby("variant")["excess"].mean()})  # fmt: skip
 follows_computation = verdicts["residual_shared"] == verdicts["computation_basis_shared"] == "reproduced"
@@ -649,25 +645,21 @@ display(Markdown(
 ))  # fmt: skip
 
 # %%
-results = {
-    "chapter": "rotations",
-    "regime": base.key(),
-    "seeds": list(seeds),
-    "quick": quick,
-    "max_rotation_loss_change": largest.to_dict(),
-    "seed_loss_sd": seed_spread,
-    "smollm2_max_logit_difference": difference,
-    "smollm2_top1_agreement": agreement,
-    "smollm2_kurtosis_before": kurt_before,
-    "smollm2_kurtosis_after": kurt_after,
-    "excess_kurtosis": mean_excess.to_dict(),
-    "val_loss": finals.groupby("variant")["val loss"].mean().to_dict(),
-    "val_loss_bf16_training": finals16.groupby("variant")["val loss"].mean().to_dict(),
-    "bf16_training_loss_cost": [cost_mean, cost_low, cost_high],
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
+results = ledger.results(
+    regime=base.key(),
+    seeds=list(seeds),
+    quick=quick,
+    max_rotation_loss_change=largest.to_dict(),
+    seed_loss_sd=seed_spread,
+    smollm2_max_logit_difference=difference,
+    smollm2_top1_agreement=agreement,
+    smollm2_kurtosis_before=kurt_before,
+    smollm2_kurtosis_after=kurt_after,
+    excess_kurtosis=mean_excess.to_dict(),
+    val_loss=finals.groupby("variant")["val loss"].mean().to_dict(),
+    val_loss_bf16_training=finals16.groupby("variant")["val loss"].mean().to_dict(),
+    bf16_training_loss_cost=list(bf16_cost_interval),
+)
 book.save_results(
     results, rerun={"model_name": model_name, "seeds": seeds, "n_sequences": n_sequences, "seed": seed}
 )

@@ -194,10 +194,9 @@ def test_no_figure_is_shrunk_below_a_legible_size(published, browser):
         page.close()
 
 
-# Chapters whose committed execution wrote to stderr. The cause (a read-only array handed to torch)
-# is fixed; they wait for their re-execution, hours of training here until their runs have records.
-# A chapter leaves this set when it is re-executed; none may join it.
-STDERR_AWAITING_EXECUTION = {"adam", "rotations"}
+# Chapters whose committed execution wrote to stderr and that wait for their re-execution: none
+# since Rotations and Adam were re-executed from their records; none may join it.
+STDERR_AWAITING_EXECUTION: set[str] = set()
 # What a page's text may not hold once math and code are set aside: a "$" that MathJax never saw.
 TEXT_OUTSIDE_CODE_AND_MATH = """article => {
     const copy = article.cloneNode(true);
