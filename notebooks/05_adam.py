@@ -77,6 +77,7 @@ sgd_steps_factor = 3  # [> 0] SGD trains this many times longer
 widths = (128, 256, 512)  # [non-empty, > 0] d_model of the width trend
 width_seeds = (101, 102, 103)  # [non-empty, min 0]
 width_reference_lr = 1e-2  # [> 0] the rate at d_model 256; at width d it is this * 256 / d
+seed = 0  # [min 0] the chapter's own random draws (the runs' seeds are `seeds`)
 quick = False  # a small run for CI
 
 # %% tags=["setup"]
@@ -95,7 +96,7 @@ from resid.optim import RotatedAdamW, ScalarAdamW
 from resid.paths import book_folder
 from resid.train import run_history
 
-ledger = book.start_chapter("adam", seed=0)  # criteria, claims and checks; theme and seed
+ledger = book.start_chapter("adam", seed=seed)  # criteria, claims and checks; theme and seed
 base = experiments.ADAM_BASE
 if quick:  # every code path on a tiny model, none of the conclusions
     base = experiments.quick_config(base)
@@ -623,5 +624,5 @@ results = ledger.results(
 )
 rerun = {"seeds": seeds, "learning_rates": learning_rates, "sgd_lr": sgd_lr,
          "sgd_steps_factor": sgd_steps_factor, "widths": widths, "width_seeds": width_seeds,
-         "width_reference_lr": width_reference_lr}  # fmt: skip
+         "width_reference_lr": width_reference_lr, "seed": seed}  # fmt: skip
 book.save_results(results, rerun=rerun, headline=answer)
