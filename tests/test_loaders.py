@@ -324,6 +324,7 @@ def test_gemma3_is_embedded_and_an_interrupted_assembly_leaves_no_file(monkeypat
     with pytest.raises(KeyboardInterrupt):
         loaders.load("gemma3-270m")
     assert not (tmp_path / "models" / package.MODEL_NAME).exists()  # the next load assembles again
+    assert not list((tmp_path / "models").glob("*.partial"))  # and no half-written file is left
 
 
 def test_auto_dtype_follows_the_cpus_bf16_units(monkeypatch):

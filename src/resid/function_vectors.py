@@ -76,7 +76,7 @@ FV_TASKS: dict[str, list[tuple[str, str]]] = {
 
 # A fifth task, the next item of a sequence, kept apart from FV_TASKS so that the four-task
 # claims keep their tasks: number words, the days and the months (each wrapping round once), and
-# the letters. 63 pairs, as notebooks/drafts/criteria/catalogue.toml states.
+# the letters. 63 pairs, as notebooks/criteria/catalogue.toml states.
 _SEQUENCES = [
     "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
     "sixteen seventeen eighteen nineteen twenty".split(),

@@ -165,7 +165,11 @@ def _load_gemma3() -> Transformer:
         # renamed only when whole: an interruption leaves no file, and a process assembling it
         # at the same time (two chapters run at once) writes a partial file of its own
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        package.assemble(partial)
+        try:
+            package.assemble(partial)
+        except BaseException:  # interrupted or failed: nothing half-written stays behind
+            partial.unlink(missing_ok=True)
+            raise
         os.replace(partial, path)
     return _load_gguf(path, "gemma3-270m", "gemma3-270m, dequantised")
 
