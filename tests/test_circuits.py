@@ -193,6 +193,32 @@ def test_integrated_gradients_are_complete(model):
     assert frame["occlusion"].iloc[:-1].notna().all() and frame["gradient norm"].gt(0).all()
 
 
+def test_occlusion_deletes_one_token_and_reruns_the_shorter_prompt(model):
+    tokens = prompts(0, n=1)[0]
+    for skip_first in (False, True):
+        frame, _ = attribution.input_attributions(model, tokens, 7, 9, ig_steps=4, skip_first=skip_first)
+        with torch.no_grad():
+            logits = model(tokens[None])[0, -1]
+            full = (logits[7] - logits[9]).item()
+            for i in range(len(tokens)):
+                occluded = frame["occlusion"].iloc[i]
+                if i == len(tokens) - 1 or (skip_first and i == 0):  # the prediction's token; the BOS
+                    assert pd.isna(occluded)
+                    continue
+                alone = model(torch.cat([tokens[:i], tokens[i + 1 :]])[None])[0, -1]
+                assert occluded == pytest.approx(full - (alone[7] - alone[9]).item(), abs=1e-4)
+
+
+def test_the_baseline_puts_the_mean_token_embedding_scaled_as_the_model_scales_it():
+    cfg = replace(ARCHITECTURES["llama-like"], embed_scale=32**0.5)  # rotary: no position in the embedding
+    model = random_model(cfg)
+    tokens = prompts(0, n=1)[0][None]
+    baseline = attribution.mean_embedding_baseline(model, tokens, keep_first=True)
+    expected = model.embed.weight.mean(0) * cfg.embed_scale
+    torch.testing.assert_close(baseline[0, 1:], expected.expand(tokens.shape[1] - 1, -1))
+    torch.testing.assert_close(baseline[0, 0], model.embed_tokens(tokens)[0, 0])
+
+
 def test_smoothgrad_without_noise_is_the_gradient_norm(model):
     tokens = prompts(0, n=1)[0]
     frame, _ = attribution.input_attributions(model, tokens, target=7, foil=9, ig_steps=4)

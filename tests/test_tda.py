@@ -1,6 +1,8 @@
 """Training data attribution: the training order, the gradients, the exact inverse, and a
 planted artefact that both methods must find."""
 
+import json
+
 import pytest
 import torch
 
@@ -70,3 +72,31 @@ def test_both_methods_rank_the_windows_that_hold_a_planted_string_first(method):
     )
     assert scores.shape == (2, 48)
     assert tda.planted_recall(scores, planted).mean() >= 0.75
+
+
+def test_a_retraining_run_comes_back_from_its_record_without_training(monkeypatch, tmp_path):
+    from resid import records
+
+    monkeypatch.setenv(records.ENV, str(tmp_path / "records"))
+    monkeypatch.delenv(records.RETRAIN_ENV, raising=False)
+    schedule = tda.Schedule(TINY, epochs=2, batch_size=4, checkpoint_epochs=(2,))
+    train, test = random_windows(12), random_windows(3, seed=1)
+    trained = tda.retrained_losses(train, schedule, [5, 2], test)
+    key, config = tda.run_key(train, schedule, [2, 5])  # the removed rows are a set
+    record = records.read(key)
+    assert record["config"] == json.loads(json.dumps(config, default=str)) and record["history"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained, although the record holds the losses")
+
+    monkeypatch.setattr(tda, "train_windows", no_training)
+    assert torch.equal(tda.retrained_losses(train, schedule, [2, 5], test), trained)  # exact
+    # another removed set, another schedule or other training windows is another run
+    assert len({tda.run_key(train, schedule, [2])[0], tda.run_key(random_windows(12, seed=2), schedule)[0],
+                tda.run_key(train, tda.Schedule(TINY, epochs=3), [2, 5])[0], key}) == 4  # fmt: skip
+    with pytest.raises(AssertionError, match="trained"):  # new test windows need the weights
+        tda.retrained_losses(train, schedule, [2, 5], test[:2])
+    path = records.json_path(key)
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(records.RecordError, match=path.name):  # one line naming the damaged file
+        tda.retrained_losses(train, schedule, [2, 5], test)

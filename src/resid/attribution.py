@@ -41,7 +41,8 @@ def mean_embedding_baseline(model: Transformer, tokens: Tensor, keep_first: bool
     mean token embedding in place of each token's, positions kept: ``[1, pos, d_model]``.
     ``keep_first`` leaves the first position (a BOS token) as it is."""
     embeddings = model.embed_tokens(tokens)
-    average = model.embed.weight.mean(0) - model.embed(tokens)
+    # the token part of the embedding, scaled as embed_tokens scales it (Gemma multiplies by sqrt(d))
+    average = (model.embed.weight.mean(0) - model.embed(tokens)) * model.cfg.embed_scale
     baseline = embeddings + write(average, model.R_embed)
     if keep_first:
         baseline[:, 0] = embeddings[:, 0]
@@ -90,15 +91,15 @@ def input_attributions(
     )
     with torch.no_grad():
         full, empty = score(embeddings).item(), score(baseline).item()
-        occlusion = []
-        for i in range(tokens.shape[1]):
-            if i == tokens.shape[1] - 1 or (skip_first and i == 0):
-                occlusion.append(float("nan"))
-                continue
-            shorter = torch.cat([tokens[:, :i], tokens[:, i + 1 :]], dim=1)
-            occlusion.append(
-                full - prediction_score(model, shorter, target, foil)(model.embed_tokens(shorter)).item()
-            )
+        # every deletion leaves a prompt one token shorter, so all of them run as one batch
+        deletable = list(range(1 if skip_first else 0, tokens.shape[1] - 1))
+        occlusion = [float("nan")] * tokens.shape[1]
+        if deletable:
+            shorter = torch.stack([torch.cat([tokens[0, :i], tokens[0, i + 1 :]]) for i in deletable])
+            logits = model(shorter)[:, -1].float()  # [deleted position, vocab]
+            deleted = logits[:, target] - (0.0 if foil is None else logits[:, foil])
+            for i, value in zip(deletable, deleted.tolist(), strict=True):
+                occlusion[i] = full - value
     frame = pd.DataFrame(
         {
             "position": range(tokens.shape[1]),

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -292,13 +293,33 @@ def save_converted(model: Transformer, tokenizer, target: Path, build: dict | No
     os.replace(staging, target)
 
 
+@contextlib.contextmanager
+def _no_random_init():
+    """Build a model without drawing its random initial weights: a load overwrites every one of
+    them (strictly: a missing weight fails it), and for Gemma-3-270M the draws are half the load."""
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_", "zeros_", "ones_")
+    saved = {name: getattr(torch.nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
+
+
 def load_converted(path: Path) -> Transformer:
     from safetensors.torch import load_file
     from transformers import AutoTokenizer, PretrainedConfig
 
     cfg = Config(**json.loads((path / "config.json").read_text()))
-    model = Transformer(cfg)
-    model.load_state_dict(load_file(path / "model.safetensors"), strict=not cfg.tie_embeddings)
+    with _no_random_init():
+        model = Transformer(cfg)
+    missing, unexpected = model.load_state_dict(load_file(path / "model.safetensors"), strict=False)
+    missing = [k for k in missing if not (k == "unembed.weight" and cfg.tie_embeddings)]  # the tied copy
+    if missing or unexpected:  # a weight left as allocated would be garbage: refuse the cache entry
+        raise RuntimeError(f"{path}: the cached weights do not fit the model: missing {missing}, "
+                           f"unexpected {unexpected}; delete the folder to convert again")  # fmt: skip
     # config.json here is resid's Config: an empty transformers config keeps AutoTokenizer from
     # parsing it as one of its own (and warning about its fields on every load). Finding no
     # transformers version in it, transformers takes the folder for an old Mistral checkpoint and

@@ -157,12 +157,12 @@ def measurement_id(fn, inputs: dict) -> str:
         code = fn.__code__.co_code.hex()
     digest = hashlib.sha256()
     for name in sorted(inputs):
-        digest.update(name.encode() + b"=" + _fingerprint(inputs[name]) + b";")
+        digest.update(name.encode() + b"=" + fingerprint(inputs[name]) + b";")
     code_hash = hashlib.sha256(code.encode()).hexdigest()[:12]
     return f"{fn.__module__}.{fn.__qualname__}@{code_hash}:{digest.hexdigest()[:16]}"
 
 
-def _fingerprint(value) -> bytes:
+def fingerprint(value) -> bytes:
     import numpy as np
     import torch
 
@@ -172,10 +172,10 @@ def _fingerprint(value) -> bytes:
     if isinstance(value, np.ndarray):
         return f"array{value.shape}{value.dtype}".encode() + np.ascontiguousarray(value).tobytes()
     if isinstance(value, list | tuple):
-        return b"(" + b",".join(_fingerprint(v) for v in value) + b")"
+        return b"(" + b",".join(fingerprint(v) for v in value) + b")"
     if isinstance(value, dict):
         items = sorted(value.items())
-        return b"{" + b",".join(_fingerprint(k) + b":" + _fingerprint(v) for k, v in items) + b"}"
+        return b"{" + b",".join(fingerprint(k) + b":" + fingerprint(v) for k, v in items) + b"}"
     if isinstance(value, str | int | float | bool | type(None)):
         return repr(value).encode()
     raise TypeError(f"a measurement's input must be a tensor, array, number, string or a container of them, "

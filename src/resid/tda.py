@@ -23,12 +23,16 @@ same batches in the same order, with chosen windows left out.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor
 
+from . import provenance, records
 from .model import Config, Transformer, next_token_loss
 from .train import window_losses
 
@@ -206,13 +210,56 @@ def plant(windows: Tensor, text: bytes, rows: Sequence[int], seed: int = 0, at: 
     return planted
 
 
+def run_key(train: Tensor, schedule: Schedule, removed: Iterable[int] = ()) -> tuple[str, dict]:
+    """A retraining run's record key and configuration: the schedule, a hash of the training
+    windows and the removed rows (a set: their order does not change the run)."""
+    config = {
+        "kind": "tda retrain",
+        "schedule": asdict(schedule),
+        "train_sha256_16": hashlib.sha256(records.fingerprint(train)).hexdigest()[:16],
+        "n_train": len(train),
+        "removed": sorted(set(removed)),
+        "steps": len(batch_order(len(train), schedule, removed)),
+    }
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+    return f"tda-{digest[:16]}", config
+
+
+def retrained_losses(
+    train: Tensor, schedule: Schedule, removed: Sequence[int], test: Tensor, last: int | None = None
+) -> Tensor:
+    """Each test window's loss (``[test]``, nats) after training again from the same seed without
+    the ``removed`` training windows. Read from the run's record where it holds this measurement
+    (``resid.records``: committed beside the chapters, so a re-execution retrains nothing), else
+    trained, and filed in the record where records are writable (the book's runner)."""
+    key, config = run_key(train, schedule, removed)
+    measured = records.measurement_id(window_loss, {"windows": test, "last": last})
+    record = records.read(key)
+    if record is not None and measured in record["measurements"]:
+        provenance.record_build(f"training run {key}", record.get("seconds"), built_now=False)
+        return records.decode(record["measurements"][measured])
+    started = time.time()
+    trained = train_windows(train, schedule, removed)
+    losses = window_loss(trained.model, test, last)
+    seconds = time.time() - started
+    provenance.record_build(f"training run {key}", seconds, built_now=True)
+    if record is None:  # the training loss every 20 steps is its history: enough to see it learn
+        history = [{"step": step + 1, "train_loss": loss} for step, loss in enumerate(trained.losses)
+                   if (step + 1) % 20 == 0 or step + 1 == len(trained.losses)]  # fmt: skip
+        record = records.new(key, config, history, seconds, "cpu", provenance.machine())
+    record["measurements"][measured] = records.encode(losses)
+    records.write(record)
+    return losses
+
+
 def removal_effect(
     train: Tensor, schedule: Schedule, removed: Sequence[int], test: Tensor, last: int | None = None,
     reference: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """Retrain from the same seed without the ``removed`` training windows and return how much
     each test window's loss rose (``[test]``, nats), against ``reference``, the losses of the
-    model trained on every window (computed when not given)."""
+    model trained on every window (computed when not given). The retrained losses come from the
+    run's record where one holds them (``retrained_losses``)."""
     if reference is None:
         reference = window_loss(train_windows(train, schedule).model, test, last)
-    return window_loss(train_windows(train, schedule, removed).model, test, last) - reference
+    return retrained_losses(train, schedule, removed, test, last) - reference
