@@ -9,6 +9,7 @@ import torch
 
 from resid import attribution, circuits, heads, patching
 from resid.behaviours import ContrastSet
+from resid.cache import Head
 from resid.model import Config, Transformer
 from resid.train import PRESETS, train
 
@@ -81,6 +82,9 @@ def test_split_query_key_value_edges_add_up_to_the_head_edge(model):
     through_query = patching.path_patching(model, clean, corrupt, metric, ["embed", "L0H1"], ["L1H2.q"])
     through_head = patching.path_patching(model, clean, corrupt, metric, ["embed", "L0H1"], ["L1H2"])
     assert through_query.shape == (2,) and not torch.allclose(through_query, through_head)
+    for spelling in (Head(1, 2), (1, 2)):  # a head in any spelling is the same node
+        as_head = patching.path_patching(model, clean, corrupt, metric, ["embed", Head(0, 1)], [spelling])
+        torch.testing.assert_close(as_head, through_head)
     unchanged = patching.path_patching(model, clean, clean, metric, ["embed", "L0H1"], ["L1H2.q"])
     torch.testing.assert_close(unchanged, torch.zeros(2), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="no node"):

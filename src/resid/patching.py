@@ -29,7 +29,7 @@ from torch import Tensor
 
 from . import hooks, progress
 from .basis import read, write
-from .cache import Head, act_name
+from .cache import Head, HeadLike, act_name
 from .metrics import KLFromReference, LogitDiff, Metric
 from .model import Transformer
 
@@ -519,21 +519,28 @@ def edge_patching(
 
 
 @torch.no_grad()
+def _node(node: HeadLike | str) -> str:
+    """A graph node's name: a head in any spelling as ``"L9H6"``, a name as it is."""
+    return node if isinstance(node, str) else str(Head.of(node))
+
+
 def path_patching(
     model: Transformer,
     clean: Tensor,
     counterfactual: Tensor,
     metric: Metric,
-    senders: list[str],
-    receivers: list[str],
+    senders: list[HeadLike | str],
+    receivers: list[HeadLike | str],
     per_prompt: bool = False,
 ) -> Tensor:
     """Each sender's effect through the receivers only (Wang et al. 2023): the metric's change
     when the edges from that sender into the receiver nodes carry the sender's value on the
     ``counterfactual`` prompts and every other edge, the sender's other paths included, stays
-    clean. Nodes are named as in ``Graph``, and a receiver such as ``"L9H6.q"`` is that head's
-    query input alone. ``[sender]``, averaged over prompts, or ``[sender, prompt]`` with
-    ``per_prompt`` (for intervals)."""
+    clean. A head is given in any spelling (``Head(9, 6)``, ``(9, 6)``, ``"L9H6"``); other nodes
+    are named as in ``Graph`` (``"embed"``, ``"L3 MLP"``), and a receiver such as ``"L9H6.q"`` is
+    that head's query input alone. ``[sender]``, averaged over prompts, or ``[sender, prompt]``
+    with ``per_prompt`` (for intervals)."""
+    senders, receivers = [_node(s) for s in senders], [_node(r) for r in receivers]
     split = any(r.endswith((".q", ".k", ".v")) for r in receivers)
     graph = Graph.of(model, split_qkv=split)
     unknown = [r for r in receivers if r not in graph.downstream] + [

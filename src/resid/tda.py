@@ -34,7 +34,7 @@ from torch import Tensor
 
 from . import provenance, records
 from .model import Config, Transformer, next_token_loss
-from .train import window_losses
+from .train import LATER_MODEL_FIELDS, window_losses
 
 
 @dataclass(frozen=True)
@@ -213,9 +213,13 @@ def plant(windows: Tensor, text: bytes, rows: Sequence[int], seed: int = 0, at: 
 def run_key(train: Tensor, schedule: Schedule, removed: Iterable[int] = ()) -> tuple[str, dict]:
     """A retraining run's record key and configuration: the schedule, a hash of the training
     windows and the removed rows (a set: their order does not change the run)."""
+    fields = asdict(schedule)
+    for name, default in LATER_MODEL_FIELDS.items():  # as training runs' keys leave them out, so
+        if fields["model"][name] == default:  # that a model field added later keeps these records
+            del fields["model"][name]
     config = {
         "kind": "tda retrain",
-        "schedule": asdict(schedule),
+        "schedule": fields,
         "train_sha256_16": hashlib.sha256(records.fingerprint(train)).hexdigest()[:16],
         "n_train": len(train),
         "removed": sorted(set(removed)),
