@@ -24,11 +24,15 @@
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
-# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached`; every
-# model here trains in seconds, so a cold run costs the same.
+# **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with every
+# retrained model's losses read from its run record (committed in `book/runs`, one per
+# retraining; the full model of each seed, which the attributions need whole, trains again in
+# seconds); {glue:text}`rerun_cold` training every model again (`RETRAIN=1`).
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The question.** A language model predicts a continuation: which of its training examples
@@ -75,7 +79,6 @@ quick = False  # a small run for CI
 
 # %% tags=["setup"]
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -84,26 +87,14 @@ import seaborn as sns
 import torch
 from IPython.display import Markdown, display
 
-from resid import book, claims, data, exercises, stats, tda
+from resid import book, data, exercises, stats, tda
 from resid.model import Config, Transformer
 from resid.progress import steps as progress_steps
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("tda", seed)  # criteria, claims and checks; theme and seed
 if quick:
     n_train, n_test, n_planted, n_artefact, k_removed, seeds, epochs, n_resamples = (
-        96,
-        3,
-        4,
-        3,
-        8,
-        (0,),
-        4,
-        200,
-    )
-criteria = claims.load_criteria("tda")
-claim_rows, check_rows = [], []
+        64, 3, 4, 3, 8, (0,), 3, 200)  # fmt: skip
 ARTEFACT = b"@zorblax=quux^plover"  # 20 bytes that the documentation never contains
 MODEL = Config(vocab_size=256, n_ctx=64, d_model=64, n_layers=2, n_heads=4, d_mlp=256)
 
@@ -130,13 +121,13 @@ artefact_prompts = tda.plant(
     held_out[n_test:], ARTEFACT, range(n_artefact), at=MODEL.n_ctx + 1 - len(ARTEFACT)
 )
 continuation = len(ARTEFACT) - 1  # the artefact prompts' loss: the artefact's bytes after its first
-check_rows.append(claims.check(
+ledger.check(
     "the artefact is in exactly the planted training windows, and in no clean one",
     all(ARTEFACT in bytes(row.tolist()) for row in train[planted_rows])
     and sum(ARTEFACT in bytes(row.tolist()) for row in train) == n_planted
     and ARTEFACT.decode() not in data.corpus("pydoc"),
     f"{n_planted} of {n_train} windows",
-))  # fmt: skip
+)  # fmt: skip
 schedules = {s: tda.Schedule(MODEL, epochs=epochs, seed=s, checkpoint_epochs=tuple(
     sorted({max(1, round(epochs * f)) for f in (0.25, 0.5, 0.75, 1.0)}))) for s in seeds}  # fmt: skip
 print(f"{n_train} training windows ({n_planted} with the artefact), {n_test} test windows, "
@@ -203,7 +194,8 @@ for s, kind, i in progress_steps(jobs, "retraining (seed, removal, test window)"
     runs.append({"seed": s, "test window": i, "removal": kind, "loss rise": rise.item(),
                  "influence's prediction": predicted})  # fmt: skip
 runs, recalls, controls = pd.DataFrame(runs), pd.DataFrame(recalls), pd.DataFrame(control_rows)
-print(f"{len(runs) + 2 * len(seeds) + len(seeds)} models trained in {time.time() - started:.0f} s")
+print(f"{len(runs) + 2 * len(seeds) + len(seeds)} models trained or read from their records in "
+      f"{time.time() - ledger.started:.0f} s")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.1: TracIn at one checkpoint, by hand
@@ -301,12 +293,12 @@ recall_table["chance"] = n_planted / n_train
 control = controls.pivot_table(index=["seed", "prompt"], columns="removed", values="loss rise")
 control_gap = control["the planted windows"] - control["as many random windows"]
 control_estimate = stats.bootstrap(torch.tensor(control_gap.to_numpy()), n_resamples=n_resamples)
-check_rows.append(claims.check(
+ledger.check(
     "positive control: retraining without the planted windows raises the artefact prompts' loss, "
     "more than removing as many random windows (interval above 0)",
-    control_estimate[1].item() > 0,
-    "{:+.2f} [{:+.2f}, {:+.2f}] nats".format(*(v.item() for v in control_estimate)),
-))  # fmt: skip
+    control_estimate.item().low > 0,
+    control_estimate.text(fmt="+.2f") + " nats",
+)  # fmt: skip
 display(recall_table.style.format("{:.3f}"))
 display(controls.groupby("removed")["loss rise"].agg(["mean", "min", "max"]).style.format("{:+.3f}"))
 
@@ -440,7 +432,7 @@ agreement[["Spearman", "top-k overlap"]].describe().loc[["mean", "min", "max"]].
 # chapter). They are never counted as reproductions.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-tda)=
@@ -454,42 +446,26 @@ pd.DataFrame(check_rows).style.hide(axis="index")
 # %%
 for method, key in (("TracIn", "planted_tracin"), ("influence", "planted_influence")):
     hits = recalls[recalls.method == method]["recall"].to_numpy() * n_planted
-    estimate, low, high = stats.wilson_interval(int(round(hits.sum())), n_planted * len(hits))
-    claim_rows.append(
-        claims.judge(criteria[key], estimate, low, high, f"recall {estimate:.2f} [{low:.2f}, {high:.2f}]")
-    )
+    ledger.judge(key, stats.wilson_interval(int(round(hits.sum())), n_planted * len(hits)), "recall", ".2f")
 for method, key in (("TracIn", "removal_tracin"), ("influence", "removal_influence")):
-    estimate, low, high = (v.item() for v in stats.bootstrap(excess[method], n_resamples=n_resamples))
-    claim_rows.append(
-        claims.judge(
-            criteria[key], estimate, low, high, f"Δ rise {estimate:+.3f} [{low:+.3f}, {high:+.3f}] nats"
-        )
-    )
+    rise_interval = stats.bootstrap(excess[method], n_resamples=n_resamples).item()
+    ledger.judge(key, rise_interval, ours=f"Δ rise {rise_interval.text(fmt='+.3f')} nats")
 by_window = runs.pivot_table(
     index="test window", columns=["seed", "removal"], values=["influence's prediction", "loss rise"]
 )
 predicted = torch.tensor(by_window["influence's prediction"].to_numpy())  # [test window, seed x removal]
 actual = torch.tensor(by_window["loss rise"].to_numpy())
-estimate, low, high = stats.bootstrap_statistic(
+prediction = stats.bootstrap_statistic(
     lambda p, a: stats.pearson(p.flatten(), a.flatten()), predicted, actual, n_resamples=n_resamples
 )
-claim_rows.append(
-    claims.judge(
-        criteria["influence_predicts"],
-        estimate,
-        low,
-        high,
-        f"Pearson r {estimate:.2f} [{low:.2f}, {high:.2f}]",
-    )
-)
-claims.table(claim_rows).style.hide(axis="index")
+ledger.judge("influence_predicts", prediction, "Pearson r", ".2f")
+ledger.claims_table()
 
 # %% [markdown]
 # **Takeaways**, computed from the measurements above.
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
-estimates = {row["id"]: row["estimate"] for row in claim_rows}
+# %% tags=["prose"]
+verdicts, estimates = ledger.verdicts, ledger.estimates
 planted_rise = controls.groupby("removed")["loss rise"].mean()
 display(Markdown(
     f"- **The planted string.** Among the top {n_planted} training windows for a prompt ending in "
@@ -513,17 +489,21 @@ display(Markdown(
 ))  # fmt: skip
 
 # %%
-results = {
-    "chapter": "tda",
-    "quick": quick,
-    "seeds": list(seeds),
-    "n_train": n_train,
-    "recalls": recalls.to_dict("records"),
-    "controls": controls.to_dict("records"),
-    "removals": runs.to_dict("records"),
-    "agreement": agreement.to_dict("records"),
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
-book.save_results(results, rerun={"n_train": n_train, "n_test": n_test, "seeds": seeds, "seed": seed})
+results = ledger.results(
+    quick=quick,
+    seeds=list(seeds),
+    n_train=n_train,
+    recalls=recalls.to_dict("records"),
+    controls=controls.to_dict("records"),
+    removals=runs.to_dict("records"),
+    agreement=agreement.to_dict("records"),
+)
+headline = (
+    f"Among the top {n_planted} windows for a prompt ending in the planted string, TracIn places "
+    f"{estimates['planted_tracin']:.0%} of the planted ones and the influence function "
+    f"{estimates['planted_influence']:.0%} (chance {n_planted / n_train:.1%}); retraining without a test "
+    f"window's top {k_removed} proponents raises its loss by {estimates['removal_tracin']:+.3f} nats "
+    f"(TracIn) and {estimates['removal_influence']:+.3f} (influence) more than removing random windows."
+)
+book.save_results(results, rerun={"n_train": n_train, "n_test": n_test, "seeds": seeds, "seed": seed},
+                  headline=headline)  # fmt: skip
