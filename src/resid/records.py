@@ -15,6 +15,10 @@ the histories, its statistics from the measurements. A measurement that is missi
 inputs) needs the weights, so that run is trained (or loaded from the local cache) and its record
 gains the measurement.
 
+The Training Data Attribution chapter's retrainings are records too (``resid.tda.retrained_losses``),
+keyed by their schedule, their training windows and the windows left out, each holding the retrained
+model's test losses as its measurement.
+
 Where records live: ``$RESID_RECORDS`` if set, else ``book/runs`` of this repository. They are
 read always, except those written before a retrain began (``$RESID_RETRAIN``, which
 ``make chapter CH=... RETRAIN=1`` sets); they are written only where ``$RESID_RECORDS`` is set
