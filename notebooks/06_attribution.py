@@ -889,7 +889,8 @@ display(Markdown(
     f"- Asking the contrastive question changes how often occlusion's top token is a name by "
     f"{estimates['contrastive_isolates_names']:+.0%} of the IOI prompts "
     f"({verdicts['contrastive_isolates_names']}).\n"
-    f"- Chosen on the even-numbered IOI prompts and measured on the odd ones, ten of {int(head_labels.sum())} "
+    f"- Chosen on the even-numbered IOI prompts and measured on the odd ones, ten of "
+    f"{int(head_labels.sum())} "
     f"heads carry {estimates['few_heads_heldout']:.0%} of the heads' direct effect on the logit difference "
     f"({verdicts['few_heads_heldout']}): the candidates the patching chapter tests causally. Chosen and "
     f"measured on all the prompts they carry {in_sample_share:.0%}, a number shown but not judged: heads "
@@ -900,7 +901,8 @@ display(Markdown(
     f"({verdicts['gradients_disagree_heldout']} against 'a poor guide').\n"
     f"- **Second round.** On {len(new_ioi)} new IOI prompts the better gradient score agrees with occlusion "
     f"at {estimates['gradients_disagree_new_ioi']:.2f} ({verdicts['gradients_disagree_new_ioi']}), and on "
-    f"{second_model} at {estimates['gradients_disagree_gemma']:.2f} ({verdicts['gradients_disagree_gemma']}). "
+    f"{second_model} at {estimates['gradients_disagree_gemma']:.2f} "
+    f"({verdicts['gradients_disagree_gemma']}). "
     "Asking the contrastive question changes how often occlusion's top token is a name by "
     f"{estimates['contrastive_isolates_names_new_ioi']:+.0%} of the prompts on {model_name} "
     f"({verdicts['contrastive_isolates_names_new_ioi']}) and "
@@ -927,7 +929,8 @@ results = ledger.results(
 )
 headline = (
     f"On new IOI prompts the better gradient score agrees with occlusion at a mean Spearman of "
-    f"{estimates['gradients_disagree_new_ioi']:.2f} ({second_model}: {estimates['gradients_disagree_gemma']:.2f}); "
+    f"{estimates['gradients_disagree_new_ioi']:.2f} "
+    f"({second_model}: {estimates['gradients_disagree_gemma']:.2f}); "
     f"LRP's deletion area exceeds the better gradient method's by {estimates['lrp_more_faithful']:+.2f}."
 )
 book.save_results(results, rerun={"model_name": model_name, "second_model": second_model, "n_ioi": n_ioi,
