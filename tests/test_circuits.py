@@ -82,6 +82,7 @@ def test_split_query_key_value_edges_add_up_to_the_head_edge(model):
     through_query = patching.path_patching(model, clean, corrupt, metric, ["embed", "L0H1"], ["L1H2.q"])
     through_head = patching.path_patching(model, clean, corrupt, metric, ["embed", "L0H1"], ["L1H2"])
     assert through_query.shape == (2,) and not torch.allclose(through_query, through_head)
+    assert not through_head.requires_grad  # an inference-only measurement: plotted with .numpy()
     for spelling in (Head(1, 2), (1, 2)):  # a head in any spelling is the same node
         as_head = patching.path_patching(model, clean, corrupt, metric, ["embed", Head(0, 1)], [spelling])
         torch.testing.assert_close(as_head, through_head)

@@ -518,12 +518,12 @@ def edge_patching(
     return torch.stack(changes).cpu()
 
 
-@torch.no_grad()
 def _node(node: HeadLike | str) -> str:
     """A graph node's name: a head in any spelling as ``"L9H6"``, a name as it is."""
     return node if isinstance(node, str) else str(Head.of(node))
 
 
+@torch.no_grad()
 def path_patching(
     model: Transformer,
     clean: Tensor,
