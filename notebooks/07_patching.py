@@ -28,6 +28,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claims.** Attribution says what a prediction *correlates* with; the Primer's causal
@@ -58,7 +60,6 @@ quick = False  # a small run for CI
 
 # %% tags=["setup"]
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -68,17 +69,12 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import behaviours, book, circuits, claims, exercises, patching, progress, stats
+from resid import behaviours, book, circuits, exercises, patching, progress, stats
 from resid.cache import Head
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("patching", seed)  # criteria, claims and checks; theme and seed
 if quick:
-    n_prompts, n_exact_edges, n_second, fresh_seeds = 4, 8, 8, (301, 302)
-torch.manual_seed(seed)
-criteria = claims.load_criteria("patching")
-claim_rows, check_rows = [], []
+    n_prompts, n_exact_edges, n_second, fresh_seeds = 4, 8, 6, (301, 302)
 model = resid.load(model_name)
 tokenizer = model.tokenizer
 
@@ -168,12 +164,12 @@ exercises.check("7.1", lost_sum, recovered_row=recovered[0])
 differs = (clean != counterfactual).any(0)  # positions where some prompt has a different token
 lost = 1 - recovered[0]
 # each prompt differs at one position; patching it there runs the counterfactual exactly
-check_rows.append(claims.check(
+ledger.check(
     "layer 0: patching where the prompts agree changes nothing; where they differ, everything",
     bool((lost[~differs].abs() < 1e-4).all()) and bool(((clean != counterfactual).sum(1) == 1).all())
     and abs(lost.sum().item() - 1) < 1e-3,
     f"lost {lost[differs].sum().item():.4f} where they differ",
-))  # fmt: skip
+)  # fmt: skip
 print(f"layer 0: nothing lost where the prompts agree; {lost[differs].sum().item():.4f} of the logit "
       f"difference lost over the {int(differs.sum())} position(s) where they differ.")  # fmt: skip
 exercises.predict("7.1", 1.0)
@@ -333,13 +329,15 @@ few = slice(0, 4)
 unchanged = patching.patch_heads(model, clean[few], clean[few], patching.LogitDiff(answers[few], foils[few]))
 with torch.no_grad():
     reference = patching.LogitDiff(answers[few], foils[few])(model(clean[few])[:, -1]).mean().item()
-check_rows += [
-    claims.check("one head resample-patched by hand equals the map",
-                 abs((by_hand - clean_ld) - from_map) < 1e-3 * max(1.0, abs(from_map))),
-    claims.check("patching every head with its own clean value changes nothing",
-                 bool((unchanged - reference).abs().max() < 1e-3),
-                 f"largest change {(unchanged - reference).abs().max().item():.1e}"),
-]  # fmt: skip
+ledger.check(
+    "one head resample-patched by hand equals the map",
+    abs((by_hand - clean_ld) - from_map) < 1e-3 * max(1.0, abs(from_map)),
+)
+ledger.check(
+    "patching every head with its own clean value changes nothing",
+    bool((unchanged - reference).abs().max() < 1e-3),
+    f"largest change {(unchanged - reference).abs().max().item():.1e}",
+)
 print(f"{Head(layer, head)}: Δ logit diff {by_hand - clean_ld:+.3f} by hand, {from_map:+.3f} in the map. "
       f"Clean patches: largest change {(unchanged - reference).abs().max().item():.1e}.")  # fmt: skip
 exercises.predict("7.2", 0.0)
@@ -368,10 +366,10 @@ receivers = [
 graph = patching.Graph.of(model)
 first_receiver_layer = min(layer for layer, _ in receivers)
 sender_layers = range(first_receiver_layer - 2 if quick else 0, first_receiver_layer)
-senders = [str(Head(layer, head)) for layer in sender_layers for head in range(model.cfg.n_heads)]
+senders = [Head(layer, head) for layer in sender_layers for head in range(model.cfg.n_heads)]
 t0 = time.time()
 receiver_names = [str(Head(*receiver)) for receiver in receivers]
-path_effect = patching.path_patching(model, clean, counterfactual, logit_diff, senders, receiver_names)
+path_effect = patching.path_patching(model, clean, counterfactual, logit_diff, senders, receivers)
 path_effect = torch.cat(
     [
         torch.zeros(first_receiver_layer - len(sender_layers), model.cfg.n_heads),
@@ -577,9 +575,11 @@ exercises.check("7.3", all_kept, none_kept)
 every_edge = small_graph.allowed.clone()
 no_edge = torch.zeros_like(small_graph.allowed)
 all_kept, none_kept = small_recovered(every_edge), small_recovered(no_edge)
-check_rows.append(claims.check("a circuit of every edge recovers everything, one of none nothing",
-                               abs(all_kept - 1) < 1e-3 and abs(none_kept) < 1e-3,
-                               f"{all_kept:.4f} and {none_kept:.4f}"))  # fmt: skip
+ledger.check(
+    "a circuit of every edge recovers everything, one of none nothing",
+    abs(all_kept - 1) < 1e-3 and abs(none_kept) < 1e-3,
+    f"{all_kept:.4f} and {none_kept:.4f}",
+)
 print(f"every edge kept: {all_kept:.4f}; none: {none_kept:.4f}. With none kept every node reads only "
       "corrupted values, including the embedding's, so the run is the counterfactual's exactly.")  # fmt: skip
 exercises.predict("7.3", (1.0, 0.0))
@@ -626,10 +626,10 @@ patch_layer = min(move_layer, model.cfg.n_layers - 1)
 by_hand = {where: patch_position(model, clean, counterfactual, logit_diff, patch_layer, where)
            for where in (s2, clean.shape[1] - 1)}  # fmt: skip
 from_map = {where: resid_by_prompt[patch_layer, where].mean().item() for where in by_hand}
-check_rows.append(claims.check(
+ledger.check(
     "one cell of the residual map, patched by hand, equals the map",
     all(abs(by_hand[w] - from_map[w]) < 1e-3 * max(1.0, abs(from_map[w])) for w in by_hand),
-))  # fmt: skip
+)  # fmt: skip
 print(f"layer {patch_layer}: logit difference {by_hand[s2]:.3f} with S2 patched, "
       f"{by_hand[clean.shape[1] - 1]:.3f} with the final position patched (the map: "
       f"{from_map[s2]:.3f}, {from_map[clean.shape[1] - 1]:.3f})")  # fmt: skip
@@ -660,11 +660,11 @@ assert exercises.check("7.4", patch_position, model=model, clean=clean, counterf
 drawn = behaviours.ioi_prompts(tokenizer, len(ioi) + 2 * n_prompts, seed=seed)
 unseen = [i for i in range(len(ioi), len(drawn)) if drawn.text[i] not in set(ioi.text)][:n_prompts]
 new = drawn.subset(torch.tensor(unseen))
-check_rows.append(claims.check(
+ledger.check(
     "the longer draw starts with the chapter's prompts, and the new ones are none of them",
     drawn.text[: len(ioi)] == ioi.text and len(unseen) == n_prompts,
     f"{len(unseen)} new prompts",
-))  # fmt: skip
+)  # fmt: skip
 
 
 def head_sweeps(lm, prompts: behaviours.ContrastSet) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -786,7 +786,7 @@ new_eap_sample = torch.stack([new_eap[u, v] for u, v in new_sample])
 # chapter). They are never counted as reproductions.
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # (claims-patching)=
@@ -852,12 +852,10 @@ measured = {  # criterion id -> ((estimate, low, high), what it is)
     "eap_induction_fresh": (stats.t_interval(fresh_table["EAP r (all edges)"].to_numpy()), "mean r"),
     "acdc_faithful_fresh": (stats.t_interval(fresh_table["recovered (held out)"].to_numpy()), "recovered"),
 }  # fmt: skip
-for key, criterion in criteria.items():
-    (estimate, low, high), what = measured[key]
-    estimate, low, high = float(estimate), float(low), float(high)
-    ours = claims.interval_text(estimate, low, high, what)
-    claim_rows.append(claims.judge(criterion, estimate, low, high, ours))
-claims.table(claim_rows).style.hide(axis="index")
+for key in ledger.criteria:
+    interval, what = measured[key]
+    ledger.judge(key, interval, what)
+ledger.claims_table()
 
 # %% [markdown]
 # The intervention row on the chapter's prompts has an interval of zero width. The overlap of
@@ -868,10 +866,9 @@ claims.table(claim_rows).style.hide(axis="index")
 # %% [markdown]
 # **Takeaways**, computed from the measurements above.
 
-# %%
-verdicts = {row["id"]: row["verdict"] for row in claim_rows}
-estimates = {row["id"]: row["estimate"] for row in claim_rows}
-registration_new = [key for key in criteria if key.endswith(("_heldout", "_gemma", "_fresh"))]
+# %% tags=["prose"]
+verdicts, estimates = ledger.verdicts, ledger.estimates
+registration_new = [key for key in ledger.criteria if key.endswith(("_heldout", "_gemma", "_fresh"))]
 acdc_row = comparison[(comparison.method == "ACDC") & (comparison.setting == best_acdc_setting)].iloc[0]
 eap_same_size = comparison[
     (comparison.method == "EAP top-k") & (comparison["edges kept"] == acdc_row["edges kept"])
@@ -900,7 +897,7 @@ display(Markdown(
     + (f"{float(eap_same_size['recovered'].iloc[0]):.0%}." if len(eap_same_size) else "(not measured).")
 ))  # fmt: skip
 picked = receiver_roles.loc[receiver_names[0]]
-confirmatory = [row for row in claim_rows if row["id"] in registration_new]
+confirmatory = [row for row in ledger.claims if row["id"] in registration_new]
 display(Markdown(
     "**The confirmatory round** decides these claims:\n\n"
     + "\n".join(f"- {row['claim']}: {row['ours']}, **{row['verdict']}**" for row in confirmatory)
@@ -916,27 +913,30 @@ display(Markdown(
 ))  # fmt: skip
 
 # %%
-results = {
-    "chapter": "patching",
-    "quick": quick,
-    "model": model_name,
-    "prompts": n_prompts,
-    "clean_logit_diff": clean_ld,
-    "counterfactual_logit_diff": counter_ld,
-    "top_heads": tops,
-    "receivers": receivers,
-    "eap_pearson_smollm2_uniform": pearson_uniform,
-    "eap_pearson_smollm2_top": pearson_top,
-    "eap_pearson_induction": small_pearson,
-    "fresh_induction_models": fresh_table.to_dict(orient="records"),
-    "second_model_receiver": str(Head(*second_receiver)),
-    "receiver_roles": receiver_roles.reset_index()[["head", "role"]].to_dict(orient="records"),
-    "eap_seconds": eap_seconds,
-    "exact_seconds_per_edge": per_edge_exact,
-    "faithfulness": faithfulness.to_dict(orient="records"),
-    "acdc_vs_eap": comparison.to_dict(orient="records"),
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
-book.save_results(results, rerun={"model_name": model_name, "n_prompts": n_prompts, "seed": seed})
+results = ledger.results(
+    quick=quick,
+    model=model_name,
+    prompts=n_prompts,
+    clean_logit_diff=clean_ld,
+    counterfactual_logit_diff=counter_ld,
+    top_heads=tops,
+    receivers=receivers,
+    eap_pearson_smollm2_uniform=pearson_uniform,
+    eap_pearson_smollm2_top=pearson_top,
+    eap_pearson_induction=small_pearson,
+    fresh_induction_models=fresh_table.to_dict(orient="records"),
+    second_model_receiver=str(Head(*second_receiver)),
+    receiver_roles=receiver_roles.reset_index()[["head", "role"]].to_dict(orient="records"),
+    eap_seconds=eap_seconds,
+    exact_seconds_per_edge=per_edge_exact,
+    faithfulness=faithfulness.to_dict(orient="records"),
+    acdc_vs_eap=comparison.to_dict(orient="records"),
+)
+headline = (
+    f"Resampling the late head chosen on half the prompts ({receiver_names[0]}) changes the logit difference "
+    f"by {estimates['name_movers_late_heldout']:+.0%} of its clean value on new prompts; EAP follows exact "
+    f"patching at r = {estimates['eap_smollm2_heldout']:.2f} on new SmolLM2 prompts and "
+    f"{estimates['eap_induction_fresh']:.2f} on fresh induction models."
+)
+book.save_results(results, rerun={"model_name": model_name, "n_prompts": n_prompts, "seed": seed},
+                  headline=headline)  # fmt: skip
