@@ -33,6 +33,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claim.** {cite:t}`elhage2023privileged` saw outlier dimensions and a kurtosis far above 3 in a

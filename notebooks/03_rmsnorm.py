@@ -32,6 +32,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claim.** LayerNorm is the one standard operation in a transformer that looks at the
