@@ -30,6 +30,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claims.** In "When Mary and John went to the store, John gave a drink to", GPT-2 small
@@ -66,7 +68,6 @@ quick = False  # a small run for CI
 
 # %% tags=["setup"]
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -82,7 +83,6 @@ from resid import (
     behaviours,
     book,
     circuits,
-    claims,
     das,
     data,
     exercises,
@@ -93,18 +93,13 @@ from resid import (
 )
 from resid.cache import Head
 
-warnings.filterwarnings("ignore", message="IProgress not found")
-sns.set_theme(style="whitegrid", context="notebook")
-started = time.time()
+ledger = book.start_chapter("ioi", seed)  # criteria, claims and checks; theme and seed
 if quick:
     n_prompts, n_search_prompts, n_edges, ig_steps, n_attribution_prompts = 40, 4, 4, 2, 3
     das_dims, das_steps, das_select = (1, 4), 10, 8
-torch.manual_seed(seed)
 model = resid.load(model_name)
 tokenizer = model.tokenizer
 cfg = model.cfg
-criteria = claims.load_criteria("ioi")
-claim_rows, check_rows = [], []
 
 # %% [markdown]
 # ## The task, and the sentences it is found and tested on
@@ -122,11 +117,7 @@ discovery, held_out = ioi.split(0.5, seed=seed, by_group=True)
 rows = torch.arange(len(ioi))
 for name, expected in (("IO", ioi.answers), ("S1", ioi.foils), ("S2", ioi.foils)):
     found = ioi.tokens[rows, ioi.positions[name]]
-    check_rows.append(
-        claims.check(
-            f"position {name} holds its name", bool((found == expected).all()), f"{len(ioi)} prompts"
-        )
-    )
+    ledger.check(f"position {name} holds its name", bool((found == expected).all()), f"{len(ioi)} prompts")
 
 
 def logit_diff(prompts: behaviours.ContrastSet) -> torch.Tensor:
@@ -160,15 +151,13 @@ plt.show()
 # %%
 prefers_io = (diffs["held-out"] > 0).double()
 estimate, low, high = (v.item() for v in stats.bootstrap(prefers_io, seed=seed))
-claim_rows.append(
-    claims.judge(
-        criteria["task"],
-        estimate,
-        low,
-        high,
+ledger.judge(
+    "task",
+    (estimate, low, high),
+    ours=(
         f"IO beats S on {estimate:.0%} [{low:.0%}, {high:.0%}] of held-out prompts; mean logit "
-        f"difference {diffs['held-out'].mean():.2f}",
-    )
+        f"difference {diffs['held-out'].mean():.2f}"
+    ),
 )
 display(Markdown(f"SmolLM2 prefers the indirect object on **{estimate:.0%}** of held-out prompts."))
 
@@ -185,7 +174,8 @@ display(Markdown(f"SmolLM2 prefers the indirect object on **{estimate:.0%}** of 
 #
 # The roles follow from the three, as the Primer defines them: a **name mover** prefers IO to
 # S1 from the end (by at least 0.1 of attention), copies what it attends to (at least half the
-# time) and raises the logit difference; a **negative name mover** prefers IO likewise but
+# time) and raises the logit difference (`resid.circuits.ioi_roles`, the rule by which the
+# Patching chapter names its name movers too); a **negative name mover** prefers IO likewise but
 # suppresses it, and lowers the logit difference. *Why the rule is stated this strictly*: in
 # this chapter's first execution the rule was the largest direct effect among heads whose
 # attention to IO exceeded that to S1 by any margin, with no copying test. It named the head
@@ -202,10 +192,8 @@ labels, contributions, bias_term = attribution.component_attributions(
     model, discovery.tokens, discovery.answers, discovery.foils
 )
 sum_error = (contributions.sum(0) + bias_term - diffs["discovery"]).abs().max().item()
-check_rows.append(
-    claims.check(
-        "direct attributions sum to the logit difference", sum_error < 1e-3, f"largest error {sum_error:.1e}"
-    )
+ledger.check(
+    "direct attributions sum to the logit difference", sum_error < 1e-3, f"largest error {sum_error:.1e}"
 )
 attention = circuits.ioi_attention(model, discovery)
 names = behaviours.single_token_words(tokenizer, behaviours.NAMES)
@@ -214,10 +202,8 @@ evidence = attention.assign(direct=direct.mean(0).flatten().tolist())
 strongest = [Head.parse(h) for h in evidence.loc[evidence.direct.abs().nlargest(20).index, "head"]]
 copying = circuits.copy_scores_in_context(model, discovery, strongest, name_ids)
 evidence = evidence.merge(copying, on="head", how="left")
-prefers_io = evidence["end→IO"] - evidence["end→S1"] >= 0.1
-copies, suppresses = evidence["copying"] >= 0.5, evidence["suppression"] >= 0.5  # NaN: not measured
-raises, lowers = evidence.direct > 0, evidence.direct < 0
-looks_at_s2 = evidence["end→S2"] > evidence["end→IO"]
+# the rule every chapter names a role by (circuits.ROLE_RULE): the Patching chapter's too
+evidence["role"] = circuits.ioi_roles(evidence)
 
 
 def heads_where(rows: pd.Series, k: int, largest: bool = True) -> list[Head]:
@@ -225,9 +211,9 @@ def heads_where(rows: pd.Series, k: int, largest: bool = True) -> list[Head]:
     return [Head.parse(h) for h in chosen["head"]]
 
 
-name_movers = heads_where(prefers_io & copies & raises, 3)
-negative_movers = heads_where(prefers_io & suppresses & lowers, 2, largest=False)
-s_suppression = heads_where(looks_at_s2 & suppresses & raises, 2)
+name_movers = heads_where(evidence.role == "name mover", 3)
+negative_movers = heads_where(evidence.role == "negative name mover", 2, largest=False)
+s_suppression = heads_where(evidence.role == "S suppression", 2)
 biggest = evidence.loc[evidence.direct.idxmax()]
 display(
     Markdown(
@@ -255,15 +241,13 @@ top = name_movers[0]
 preference = held_scores["end→IO"][:, top.layer, top.head] - held_scores["end→S1"][:, top.layer, top.head]
 estimate, low, high = (v.item() for v in stats.bootstrap(preference, seed=seed))
 top_copy = float(evidence.loc[evidence["head"] == str(top), "copying"].iloc[0])  # among the 20: not NaN
-claim_rows.append(
-    claims.judge(
-        criteria["name_movers"],
-        estimate,
-        low,
-        high,
+ledger.judge(
+    "name_movers",
+    (estimate, low, high),
+    ours=(
         f"{top} (the strongest of {', '.join(map(str, name_movers))}): end→IO − end→S1 = {estimate:.2f} "
-        f"[{low:.2f}, {high:.2f}]; its OV circuit ranks the attended name first for {top_copy:.0%} of names",
-    )
+        f"[{low:.2f}, {high:.2f}]; its OV circuit ranks the attended name first for {top_copy:.0%} of names"
+    ),
 )
 
 # %% [markdown]
@@ -327,12 +311,10 @@ s_inhibition = [sender_heads[i] for i in into_queries.argsort()[:3].tolist()]
 no_change = patching.path_patching(  # the clean prompts as their own counterfactual
     model, search.tokens, search.tokens, search_metric, [str(sender_heads[-1])], [f"{name_movers[0]}.q"]
 )
-check_rows.append(
-    claims.check(
-        "path patching with the clean values changes nothing",
-        no_change.abs().max().item() < 1e-3,
-        f"|change| {no_change.abs().max().item():.1e}",
-    )
+ledger.check(
+    "path patching with the clean values changes nothing",
+    no_change.abs().max().item() < 1e-3,
+    f"|change| {no_change.abs().max().item():.1e}",
 )
 print(
     f"{len(sender_heads)} senders in {path_seconds:.0f} s; "
@@ -358,15 +340,13 @@ change = patching.path_patching(
 )[0]  # fmt: skip
 estimate, low, high = stats.ratio_bootstrap(-change, logit_diff(held_search), seed=seed)
 end_to_s2 = float(evidence.loc[evidence["head"] == str(s_inhibition[0]), "end→S2"].iloc[0])
-claim_rows.append(
-    claims.judge(
-        criteria["s_inhibition"],
-        estimate,
-        low,
-        high,
+ledger.judge(
+    "s_inhibition",
+    (estimate, low, high),
+    ours=(
         f"{s_inhibition[0]} → name movers' queries: {estimate:.1%} [{low:.1%}, {high:.1%}] of the logit "
-        f"difference; it attends end→S2 with weight {end_to_s2:.2f}",
-    )
+        f"difference; it attends end→S2 with weight {end_to_s2:.2f}"
+    ),
 )
 
 # %% [markdown]
@@ -419,17 +399,15 @@ held_means = circuits.head_means(model, held_out.corruptions["abc"])
 _, totals = circuits.backup_heads(model, held_out, name_movers, held_means, seed=seed)
 lost, gained = totals["direct effect of the ablated heads"], totals["gained by the other heads"]
 estimate, low, high = stats.ratio_bootstrap(gained, lost, seed=seed)
-claim_rows.append(
-    claims.judge(
-        criteria["self_repair"],
-        estimate,
-        low,
-        high,
+ledger.judge(
+    "self_repair",
+    (estimate, low, high),
+    ours=(
         f"name movers' direct effect {lost.mean():.2f}; other heads gain {gained.mean():.2f} "
         f"({estimate:.0%} [{low:.0%}, {high:.0%}]); logit difference "
         f"{totals['logit difference before'].mean():.2f} "
-        f"→ {totals['logit difference after'].mean():.2f}",
-    )
+        f"→ {totals['logit difference after'].mean():.2f}"
+    ),
 )
 
 # %% [markdown]
@@ -487,24 +465,20 @@ plt.show()
 
 # %%
 everything = circuits.faithfulness(model, held_out, circuits.all_heads(model), held_means, seed=seed)
-check_rows.append(
-    claims.check(
-        "the whole model, as a circuit, is fully faithful",
-        abs(everything["faithfulness"] - 1) < 1e-6,
-        f"{everything['faithfulness']:.6f}",
-    )
+ledger.check(
+    "the whole model, as a circuit, is fully faithful",
+    abs(everything["faithfulness"] - 1) < 1e-6,
+    f"{everything['faithfulness']:.6f}",
 )
 faithful = circuits.faithfulness(model, held_out, circuit, held_means, seed=seed)
-claim_rows.append(
-    claims.judge(
-        criteria["faithful"],
-        faithful["faithfulness"],
-        faithful["low"],
-        faithful["high"],
+ledger.judge(
+    "faithful",
+    (faithful["faithfulness"], faithful["low"], faithful["high"]),
+    ours=(
         f"{len(circuit)} heads recover {faithful['faithfulness']:.0%} [{faithful['low']:.0%}, "
         f"{faithful['high']:.0%}] (logit difference {faithful['circuit']:.2f} of "
-        f"{faithful['full model']:.2f})",
-    )
+        f"{faithful['full model']:.2f})"
+    ),
 )
 generator = torch.Generator().manual_seed(seed)
 subsets = {role: members for role, members in roles.items() if members}
@@ -520,16 +494,14 @@ display(complete.round(3))
 full_ld = faithful["full model"]
 movers = complete[complete.removed == "name mover"].iloc[0]
 in_circuit, in_model = movers["F(C \\ K)"], movers["F(M \\ K)"]
-claim_rows.append(
-    claims.judge(
-        criteria["complete"],
-        movers["gap"] / full_ld,
-        movers["low"] / full_ld,
-        movers["high"] / full_ld,
+ledger.judge(
+    "complete",
+    (movers["gap"] / full_ld, movers["low"] / full_ld, movers["high"] / full_ld),
+    ours=(
         f"removing the name movers: circuit {in_circuit:.2f}, model {in_model:.2f}, gap "
         f"{movers['gap'] / full_ld:.0%} [{movers['low'] / full_ld:.0%}, "
-        f"{movers['high'] / full_ld:.0%}] of F(M)",
-    )
+        f"{movers['high'] / full_ld:.0%}] of F(M)"
+    ),
 )
 
 # %% tags=["plot"] alt="Points with 95% intervals of each circuit head's minimality: the circuit's faithfulness minus its faithfulness without that head, on held-out templates."
@@ -545,6 +517,78 @@ needed = int((minimal["low"] > 0).sum())
 display(
     Markdown(f"**{needed} of {len(minimal)}** members hurt the circuit when removed (interval above zero).")
 )
+
+# %% [markdown]
+# ### Where the evidence disagrees: name movers the circuit does better without
+#
+# Attention, copying and the direct effect name the name movers; minimality can say the
+# opposite, when removing one *raises* the circuit's logit difference. Both are measurements,
+# and they answer different questions: the direct effect is what a head writes towards IO,
+# minimality is what the circuit loses without it, *after every other member has reacted*. A
+# member that reads the name movers' output and writes against it (a negative name mover, S
+# suppression: copy suppression aimed at what the stream already predicts) stops writing
+# against IO when they are gone. Below, each circuit member's direct effect inside the circuit
+# (every other head at its ABC mean), with the name movers present and removed, on the held-out
+# templates. Two things can make the circuit gain by losing them: the others' reaction exceeds
+# what the name movers write, or, inside the circuit, the name movers no longer write towards IO
+# at all (the heads they read from in the whole model are at their means). The paragraph under
+# the table says which it is here.
+
+# %%
+outside_circuit = [h for h in circuits.all_heads(model) if h not in set(circuit)]
+with_movers = circuits.head_logit_attributions(model, held_out, outside_circuit, held_means)
+without_movers = circuits.head_logit_attributions(model, held_out, outside_circuit + name_movers, held_means)
+reaction = pd.DataFrame(
+    [{"head": str(h), "role": role_of[h],
+      "direct, in the circuit": with_movers[:, h.layer, h.head].mean().item(),
+      "name movers removed": without_movers[:, h.layer, h.head].mean().item()} for h in circuit]
+)  # fmt: skip
+reaction["change"] = reaction["name movers removed"] - reaction["direct, in the circuit"]
+reaction = reaction.merge(minimal[["head", "drop", "low", "high"]], on="head").rename(
+    columns={"drop": "minimality", "low": "minimality low", "high": "minimality high"}
+)
+display(reaction.style.format(precision=3).hide(axis="index"))
+is_mover = reaction["head"].isin([str(h) for h in name_movers])
+written = reaction.loc[is_mover, "direct, in the circuit"].sum()
+others_react = reaction.loc[~is_mover, "change"].sum()
+circuit_change = in_circuit - faithful["circuit"]  # the circuit's logit difference, movers removed minus kept
+rest = circuit_change + written - others_react  # the MLPs, the mean-ablated heads, the final norm
+movers_hurt = reaction[is_mover & (reaction["minimality high"] < 0)]["head"].tolist()
+others = reaction[~is_mover]
+strongest_reaction = others.loc[others["change"].abs().nlargest(2).index]
+disagreement = (
+    f"Inside the circuit the name movers write {written:+.2f} towards IO. Removed together, the other "
+    f"members' direct effects change by {others_react:+.2f} (most: "
+    + ", ".join(f"{row.head}, {row.role}, {row.change:+.2f}" for row in strongest_reaction.itertuples())
+    + f"), and everything else (MLPs, the mean-ablated heads, the final norm's rescaling) by {rest:+.2f}; "
+    f"the circuit's logit difference moves by {circuit_change:+.2f}. "
+)
+if not movers_hurt:
+    disagreement += "No name mover improves the circuit when removed: here the two kinds of evidence agree."
+else:
+    named = f"{', '.join(movers_hurt)} {'is a name mover' if len(movers_hurt) == 1 else 'are name movers'}"
+    disagreement += (
+        f"{named} by attention, copying and direct effect in the whole model, yet the circuit does better "
+        "without (minimality below zero). "
+    )
+    if written <= 0:
+        disagreement += (
+            "Inside the circuit they write *against* IO: with every head outside it at its ABC mean, they no "
+            "longer receive what they read in the whole model, so the circuit is not the context their role "
+            "was measured in. The disagreement says the circuit lacks inputs the name movers need, which its "
+            "faithfulness above also shows, not that the heads are no name movers."
+        )
+    elif others_react + rest > written:
+        disagreement += (
+            "The other members' reaction more than repays what they wrote: minimality counts that reaction "
+            "(self-repair) and the role does not."
+        )
+    else:
+        disagreement += (
+            "Neither their own writing nor the others' reaction measured here explains it: the role rests on "
+            "attention and copying alone, and this disagreement is left open."
+        )
+display(Markdown(disagreement))
 
 # %% [markdown]
 # ### Exercise 10.2: the circuit without its name movers
@@ -680,11 +724,7 @@ display(agreement_table.round(3))
 # %%
 for key, sample in (("eap_random", "uniform"), ("eap_top", "top")):
     r, lo, hi = agreement[(sample, "EAP")]
-    claim_rows.append(
-        claims.judge(
-            criteria[key], r, lo, hi, f"r = {r:.2f} [{lo:.2f}, {hi:.2f}] on {n_edges} {sample} edges"
-        )
-    )
+    ledger.judge(key, (r, lo, hi), ours=f"r = {r:.2f} [{lo:.2f}, {hi:.2f}] on {n_edges} {sample} edges")
 uniform_eap, uniform_ig = scores_at(eap, uniform), scores_at(eap_ig, uniform)
 gain = stats.bootstrap_statistic(
     lambda a, b, y: stats.pearson(b, y) - stats.pearson(a, y),
@@ -693,11 +733,9 @@ gain = stats.bootstrap_statistic(
     exact_uniform.float(),
     seed=seed,
 )
-claim_rows.append(
-    claims.judge(
-        criteria["eap_ig"], *gain,
-        f"r(EAP-IG) − r(EAP) = {gain[0]:+.2f} [{gain[1]:+.2f}, {gain[2]:+.2f}] on the uniform edges",
-    )
+ledger.judge(
+    "eap_ig", gain,
+    ours=f"r(EAP-IG) − r(EAP) = {gain[0]:+.2f} [{gain[1]:+.2f}, {gain[2]:+.2f}] on the uniform edges",
 )  # fmt: skip
 
 # %% [markdown]
@@ -788,15 +826,13 @@ for layer in sorted({layer for layer, _ in name_neurons}):
              "total effect": -total_change[i].mean().item()}
         )  # fmt: skip
 estimate, low, high = (v.item() for v in stats.bootstrap(direct_sum, seed=seed))
-claim_rows.append(
-    claims.judge(
-        criteria["name_neurons"],
-        estimate,
-        low,
-        high,
+ledger.judge(
+    "name_neurons",
+    (estimate, low, high),
+    ours=(
         f"10 name-promoting neurons add {estimate:.3f} [{low:.3f}, {high:.3f}] to the logit difference "
-        "directly",
-    )
+        "directly"
+    ),
 )
 pd.DataFrame(neuron_rows).round(4)
 
@@ -876,9 +912,7 @@ for key, better, baseline in (
     ("value_norms", "value-weighted rollout", "attention rollout"),
 ):
     estimate, low, high = (v.item() for v in stats.bootstrap(rho[better] - rho[baseline], seed=seed))
-    claim_rows.append(
-        claims.judge(criteria[key], estimate, low, high, f"Δρ = {estimate:+.2f} [{low:+.2f}, {high:+.2f}]")
-    )
+    ledger.judge(key, (estimate, low, high), ours=f"Δρ = {estimate:+.2f} [{low:+.2f}, {high:+.2f}]")
 
 # %% [markdown]
 # ## Which name is repeated, as a subspace: distributed alignment search
@@ -957,10 +991,10 @@ ceiling = held_out_iia(full_basis)
 no_swap = das.interchange_accuracy(
     test_run, test_base, test_source, torch.zeros(d_model, 0), test_label, test_other
 ).float()
-check_rows.append(claims.check(
+ledger.check(
     "without an interchange the model keeps its own answer on most held-out prompts",
     no_swap.mean().item() < 0.2, f"IIA of the empty subspace {no_swap.mean():.2f}",
-))  # fmt: skip
+)  # fmt: skip
 das_table = pd.DataFrame(
     [
         {"k": row["k"], "method": method, "IIA": row[method].mean().item(),
@@ -1067,28 +1101,22 @@ assert exercises.check("10.5", interchange)
 # %%
 by_k = {row["k"]: row for row in das_rows}
 low_k = 4 if 4 in by_k else das_dims[-1]
-claim_rows.append(
-    claims.judge(
-        criteria["das_ceiling"], *(v.item() for v in stats.bootstrap(ceiling, seed=seed)),
-        f"IIA {ceiling.mean():.2f} at the last position of boundary {das_boundary}",
-    )
+ledger.judge(
+    "das_ceiling", stats.bootstrap(ceiling, seed=seed),
+    ours=f"IIA {ceiling.mean():.2f} at the last position of boundary {das_boundary}",
 )  # fmt: skip
 share, share_low, share_high = stats.ratio_bootstrap(by_k[low_k]["DAS"], ceiling, seed=seed)
-claim_rows.append(
-    claims.judge(
-        criteria["das_low_dimensional"], share, share_low, share_high,
-        f"k = {low_k}: IIA {by_k[low_k]['DAS'].mean():.2f} of the whole residual's {ceiling.mean():.2f} "
-        f"({share:.0%} [{share_low:.0%}, {share_high:.0%}])",
-    )
+ledger.judge(
+    "das_low_dimensional", (share, share_low, share_high),
+    ours=f"k = {low_k}: IIA {by_k[low_k]['DAS'].mean():.2f} of the whole residual's {ceiling.mean():.2f} "
+    f"({share:.0%} [{share_low:.0%}, {share_high:.0%}])",
 )  # fmt: skip
 gap = torch.stack([by_k[k]["DAS"] - by_k[k]["best coordinates"] for k in das_dims], dim=1).mean(1)  # [prompt]
 gap_estimate, gap_low, gap_high = (v.item() for v in stats.bootstrap(gap, seed=seed))
-claim_rows.append(
-    claims.judge(
-        criteria["das_beats_coordinates"], gap_estimate, gap_low, gap_high,
-        f"ΔIIA {gap_estimate:+.2f} [{gap_low:+.2f}, {gap_high:+.2f}], mean over k = "
-        + ", ".join(map(str, das_dims)),
-    )
+ledger.judge(
+    "das_beats_coordinates", (gap_estimate, gap_low, gap_high),
+    ours=f"ΔIIA {gap_estimate:+.2f} [{gap_low:+.2f}, {gap_high:+.2f}], mean over k = "
+    + ", ".join(map(str, das_dims)),
 )  # fmt: skip
 
 
@@ -1100,20 +1128,19 @@ claim_rows.append(
 # the criterion written before the run, and the verdict it gives. Below it, the checks.
 
 # %%
-claim_table = claims.table(claim_rows)
-claim_table.style.hide(axis="index")
+ledger.claims_table()
 
 # %% tags=["checks"]
-pd.DataFrame(check_rows).style.hide(axis="index")
+ledger.checks_table()
 
 # %% [markdown]
 # **Takeaway.** The verdicts above are computed; the paragraph below is too.
 
 # %%
-counts = claim_table["verdict"].value_counts()
+counts = pd.Series(ledger.verdicts).value_counts()
 display(
     Markdown(
-        f"Of {len(claim_table)} claims, "
+        f"Of {len(ledger.claims)} claims, "
         + ", ".join(f"**{n} {verdict}**" for verdict, n in counts.items())
         + f". The circuit found by hand has {len(circuit)} heads and recovers "
         f"{faithful['faithfulness']:.0%} of the logit difference on templates it was not found on; "
@@ -1129,26 +1156,31 @@ display(
 )
 
 # %%
-results = {
-    "chapter": "ioi",
-    "quick": quick,
-    "model": model_name,
-    "prompts": len(ioi),
-    "roles": {role: [str(h) for h in members] for role, members in roles.items()},
-    "faithfulness": faithful,
-    "completeness": complete.to_dict(orient="records"),
-    "minimality": minimal.to_dict(orient="records"),
-    "discovery": comparison.to_dict(orient="records"),
-    "eap_agreement": agreement_table.to_dict(orient="records"),
-    "attribution_rho": rho_table.to_dict(orient="records"),
-    "das": {
+results = ledger.results(
+    quick=quick,
+    model=model_name,
+    prompts=len(ioi),
+    roles={role: [str(h) for h in members] for role, members in roles.items()},
+    faithfulness=faithful,
+    completeness=complete.to_dict(orient="records"),
+    minimality=minimal.to_dict(orient="records"),
+    reaction_to_removing_name_movers=reaction.to_dict(orient="records"),
+    discovery=comparison.to_dict(orient="records"),
+    eap_agreement=agreement_table.to_dict(orient="records"),
+    attribution_rho=rho_table.to_dict(orient="records"),
+    das={
         "boundary": das_boundary,
         "iia": das_table.to_dict(orient="records"),
         "ceiling": ceiling.mean().item(),
         "outlier_share": outlier_share.to_dict(orient="records"),
     },
-    "claims": claim_rows,
-    "checks": check_rows,
-    "seconds": time.time() - started,
-}
-book.save_results(results, rerun={"model_name": model_name, "n_prompts": n_prompts, "seed": seed})
+)
+headline = (
+    f"SmolLM2's IOI circuit, assigned role by role on the discovery templates, has {len(circuit)} heads "
+    f"(name movers {', '.join(map(str, name_movers))}) and recovers {faithful['faithfulness']:.0%} "
+    f"[{faithful['low']:.0%}, {faithful['high']:.0%}] of the logit difference on held-out templates; "
+    f"which name is repeated lives in a {low_k}-dimensional subspace with "
+    f"{by_k[low_k]['DAS'].mean():.0%} of the whole residual's interchange accuracy."
+)
+book.save_results(results, rerun={"model_name": model_name, "n_prompts": n_prompts, "seed": seed},
+                  headline=headline)  # fmt: skip
