@@ -158,22 +158,10 @@ def ratio_bootstrap(
 
 
 def bootstrap_statistic(
-    statistic,
-    *columns: Tensor,
-    n_resamples: int = 2000,
-    level: float = 0.95,
-    seed: int = 0,
-    method: str = "percentile",
+    statistic, *columns: Tensor, n_resamples: int = 2000, level: float = 0.95, seed: int = 0
 ) -> Interval:
     """Any statistic of paired columns (say, the correlation of two scores over the same edges)
-    with a bootstrap interval that resamples rows jointly: ``(value, low, high)``.
-
-    ``method="percentile"`` reads the resamples' quantiles. ``"bca"`` corrects them for the
-    statistic's bias and skew (Efron 1987): a statistic built from absolute values of means,
-    such as a share of the largest |mean|, is biased in resamples (noise inflates every |mean|),
-    and its percentile interval can miss the estimate altogether."""
-    if method not in ("percentile", "bca"):
-        raise ValueError(f"unknown bootstrap method {method!r}: 'percentile' or 'bca'")
+    with a percentile bootstrap interval that resamples rows jointly: ``(value, low, high)``."""
     n = len(columns[0])
     if n < 3 or any(len(c) != n for c in columns):
         raise ValueError("a bootstrap needs paired columns of at least three rows")
@@ -186,32 +174,9 @@ def bootstrap_statistic(
         dtype=torch.float64,
     )
     values = values[values.isfinite()]  # a resample with no spread has no correlation
-    estimate = float(statistic(*columns))
     tail = (1 - level) / 2
-    quantiles = torch.tensor([tail, 1 - tail], dtype=torch.float64)
-    if method == "bca":
-        quantiles = _bca_quantiles(statistic, columns, values, estimate, quantiles)
-    low, high = torch.quantile(values, quantiles)
-    return Interval(estimate, low.item(), high.item())
-
-
-def _bca_quantiles(
-    statistic, columns: tuple[Tensor, ...], values: Tensor, estimate: float, quantiles: Tensor
-) -> Tensor:
-    """The bias-corrected and accelerated levels at which to read the resamples: the bias from
-    the share of resamples below the estimate, the acceleration from the jackknife's skew."""
-    normal = torch.distributions.Normal(torch.tensor(0.0, dtype=torch.float64), 1.0)
-    below = ((values < estimate).sum() + 0.5 * (values == estimate).sum()) / len(values)
-    bias = normal.icdf(below.clamp(0.5 / len(values), 1 - 0.5 / len(values)))
-    n = len(columns[0])
-    keep = ~torch.eye(n, dtype=torch.bool)
-    jackknife = torch.tensor([statistic(*(c[keep[i]] for c in columns)) for i in range(n)],
-                             dtype=torch.float64)  # fmt: skip
-    spread = jackknife.mean() - jackknife
-    denominator = 6 * spread.pow(2).sum().pow(1.5)
-    acceleration = spread.pow(3).sum() / denominator if denominator > 0 else torch.tensor(0.0)
-    z = normal.icdf(quantiles)
-    return normal.cdf(bias + (bias + z) / (1 - acceleration * (bias + z)))
+    low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return Interval(float(statistic(*columns)), low.item(), high.item())
 
 
 def auroc(positive: Tensor, negative: Tensor) -> Tensor:
