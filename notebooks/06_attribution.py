@@ -79,14 +79,14 @@ import torch
 from IPython.display import Markdown, display
 
 import resid
-from resid import attribution, behaviours, book, data, exercises, heads, lrp, progress, stats
+from resid import attribution, behaviours, book, circuits, data, exercises, heads, lrp, progress, stats
 
 ledger = book.start_chapter("attribution", seed)  # criteria, claims and checks; theme and seed
 # captum's gradient methods warn that an input did not ask for gradients: they set it themselves
 warnings.filterwarnings("ignore", message="Input Tensor 0 did not already require gradients")
 if quick:
     n_ioi, n_attribution, ig_steps, ig_convergence_steps, smoothgrad_samples = 24, 3, 16, (16, 64), 4
-    n_deletion, n_new_ioi, n_new_ioi_second = 5, 4, 4  # two prompts per behaviour beyond the attributed ones
+    n_deletion, n_new_ioi, n_new_ioi_second = 5, 4, 6  # two prompts per behaviour beyond the attributed ones
 model = resid.load(model_name)
 tokenizer = model.tokenizer
 print(f"{model_name}: {model.cfg.n_layers} layers × {model.cfg.n_heads} heads, d_model {model.cfg.d_model}")
@@ -460,9 +460,9 @@ for task, i, tokens, target, foil in deletion_cases:
     relevances, terms = lrp.relevance(model, tokens, target, foil)
     lrp_errors.append(terms["relative error"])
 
-    def contrast(kept: torch.Tensor, target: int = target, foil: int = foil) -> float:
-        logits = model(kept)[0, -1].float()
-        return (logits[target] - logits[foil]).item()
+    def contrast(kept: torch.Tensor, target: int = target, foil: int = foil) -> torch.Tensor:
+        logits = model(kept)[:, -1].float()  # [order, vocab]
+        return logits[:, target] - logits[:, foil]
 
     deletable = list(range(1, len(tokens) - 1))  # never the BOS token, nor the last
     rankings = {
@@ -471,21 +471,19 @@ for task, i, tokens, target, foil in deletion_cases:
         "integrated gradients": frame["integrated gradients"].to_numpy(),
         "occlusion": frame["occlusion"].to_numpy(),
     }
-    row = {"task": task, "prompt": i}
-    for method, values in rankings.items():
-        curve = lrp.deletion_curve(model, tokens, sorted(deletable, key=lambda p: -values[p]), contrast)
-        row[method] = lrp.deletion_area(curve)
-        if not example_curves.get(task, {}).get(method):
-            example_curves.setdefault(task, {})[method] = curve
+    orders = {method: sorted(deletable, key=lambda p: -values[p]) for method, values in rankings.items()}
     random_orders = [
         [deletable[j] for j in torch.randperm(len(deletable), generator=deletion_generator).tolist()]
         for _ in range(5)
     ]
-    row["random order"] = float(
-        np.mean(
-            [lrp.deletion_area(lrp.deletion_curve(model, tokens, order, contrast)) for order in random_orders]
-        )
-    )
+    # every order deletes one token per step, so all nine curves of a prompt run as one batch
+    curves = lrp.deletion_curves(tokens, [*orders.values(), *random_orders], contrast).tolist()
+    row = {"task": task, "prompt": i}
+    for method, curve in zip(orders, curves, strict=False):
+        row[method] = lrp.deletion_area(curve)
+        if not example_curves.get(task, {}).get(method):
+            example_curves.setdefault(task, {})[method] = curve
+    row["random order"] = float(np.mean([lrp.deletion_area(curve) for curve in curves[len(orders):]]))
     area_rows.append(row)
 areas = pd.DataFrame(area_rows)
 ledger.check(
@@ -769,6 +767,17 @@ ledger.check(
 )  # fmt: skip
 rounds = {model_name: second_round(model, new_ioi, model_name),
           second_model: second_round(second, second_ioi, second_model)}  # fmt: skip
+# the third round: every head's direct effect on the logit difference, per new prompt [prompt, head]
+new_head_effects, head_names = {}, {}
+for lm, prompts, name in ((model, new_ioi, model_name), (second, second_ioi, second_model)):
+    new_head_effects[name] = circuits.head_logit_attributions(lm, prompts).flatten(1)
+    head_names[name] = [str(h) for h in circuits.all_heads(lm)]
+    _, sums = attribution.direct_logit_attribution(lm, prompts.tokens, prompts.answers, prompts.foils)
+    ledger.check(
+        f"{name}: the components' direct effects sum to the logit difference on the new prompts",
+        abs(sums["sum of contributions"] - sums["model logit"]) < 1e-3 * max(1.0, abs(sums["model logit"])),
+        f"{sums['sum of contributions']:.4f} against {sums['model logit']:.4f}",
+    )  # fmt: skip
 del second
 round_table = (
     pd.concat(rounds.values()).groupby("model", sort=False).mean(numeric_only=True).drop(columns="prompt")
@@ -815,9 +824,7 @@ occlusion_tops = top_rows[(top_rows.task == "IOI") & (top_rows.method == "occlus
 contrastive_gain = torch.tensor(
     (occlusion_tops[True].astype(float) - occlusion_tops[False].astype(float)).values
 )
-_, head_contributions, _ = attribution.component_attributions(model, ioi.tokens, ioi.answers, ioi.foils)
-head_labels = dla.component.str.match(r"L\d+H\d+").to_numpy()
-per_prompt_heads = head_contributions[torch.tensor(head_labels)].T  # [IOI prompt, head]
+per_prompt_heads = circuits.head_logit_attributions(model, ioi).flatten(1)  # [IOI prompt, head]
 
 
 def top10_share(rows: torch.Tensor) -> float:
@@ -825,13 +832,15 @@ def top10_share(rows: torch.Tensor) -> float:
     return (mean.topk(10).values.sum() / mean.sum()).item()
 
 
-# the held-out direct-effect share: heads chosen on the even-numbered IOI prompts, measured on the odd
-chosen_heads = per_prompt_heads[0::2].mean(0).abs().topk(10).indices
-
-
-def chosen_share(rows: torch.Tensor) -> float:
-    mean = rows.mean(0).abs()
-    return (mean[chosen_heads].sum() / mean.sum()).item()
+# the third round: heads and their signs chosen on the chapter's IOI prompts, the share measured on
+# the new ones; on Gemma-3-270M chosen on the first half of its new prompts, measured on the second
+half = len(second_ioi) // 2
+choices = {model_name: circuits.top_heads_signed(per_prompt_heads),
+           second_model: circuits.top_heads_signed(new_head_effects[second_model][:half])}  # fmt: skip
+measuring = {model_name: new_head_effects[model_name], second_model: new_head_effects[second_model][half:]}
+chosen_heads = {name: [head_names[name][i] for i in chosen.tolist()] for name, (chosen, _) in choices.items()}
+for name, names in chosen_heads.items():
+    print(f"{name}: the ten heads chosen for the third round: {', '.join(names)}")
 
 
 lrp_gains = torch.tensor(
@@ -851,7 +860,6 @@ measured = {  # criterion id -> (statistic, the prompts' rows, what it is)
         torch.tensor(heldout_agreement, dtype=torch.float64),
         "Spearman",
     ),
-    "few_heads_heldout": (chosen_share, per_prompt_heads[1::2], "share"),
 }
 for name, suffix in ((model_name, "new_ioi"), (second_model, "gemma")):
     frame = rounds[name]
@@ -865,6 +873,9 @@ for name, suffix in ((model_name, "new_ioi"), (second_model, "gemma")):
         torch.tensor((frame["top is a name, contrastive"].astype(float)
                       - frame["top is a name, plain"].astype(float)).to_numpy()),
         "Δ share")  # fmt: skip
+    measured[f"few_heads_{suffix}"] = (
+        lambda rows, name=name: circuits.signed_share(rows, *choices[name]), measuring[name], "share"
+    )
 for key in ledger.criteria:
     statistic, rows, what = measured[key]
     ledger.judge(key, stats.bootstrap_statistic(statistic, rows, n_resamples=n_resamples), what)
@@ -889,12 +900,10 @@ display(Markdown(
     f"- Asking the contrastive question changes how often occlusion's top token is a name by "
     f"{estimates['contrastive_isolates_names']:+.0%} of the IOI prompts "
     f"({verdicts['contrastive_isolates_names']}).\n"
-    f"- Chosen on the even-numbered IOI prompts and measured on the odd ones, ten of "
-    f"{int(head_labels.sum())} "
-    f"heads carry {estimates['few_heads_heldout']:.0%} of the heads' direct effect on the logit difference "
-    f"({verdicts['few_heads_heldout']}): the candidates the patching chapter tests causally. Chosen and "
-    f"measured on all the prompts they carry {in_sample_share:.0%}, a number shown but not judged: heads "
-    "picked for a large share on the very prompts that measure it could hardly fail.\n"
+    f"- Chosen and measured on the same {len(ioi)} IOI prompts, ten of {per_prompt_heads.shape[1]} heads "
+    f"carry {in_sample_share:.0%} of the heads' |mean| direct effect on the logit difference, a number "
+    "shown but not judged: heads picked for a large share on the very prompts that measure it could hardly "
+    "fail. The third round below judges it on new prompts.\n"
     f"- On {len(heldout_agreement)} prompts that none of the above was measured on, the better gradient "
     "score "
     f"agrees with occlusion at a mean Spearman of {estimates['gradients_disagree_heldout']:.2f} "
@@ -909,6 +918,11 @@ display(Markdown(
     f"{estimates['contrastive_isolates_names_gemma']:+.0%} on {second_model} "
     f"({verdicts['contrastive_isolates_names_gemma']}). Only these rows, and the first round's, count as "
     "a replication: the rows above them had been seen before their criteria were written.\n"
+    f"- **Third round.** The ten heads with the largest direct effect on the chapter's prompts carry "
+    f"{estimates['few_heads_new_ioi']:.0%} of all heads' signed direct effect on the {len(new_ioi)} new "
+    f"prompts ({verdicts['few_heads_new_ioi']}: 'a few heads carry most of it'); on {second_model}, chosen "
+    f"on half its new prompts and measured on the other half, {estimates['few_heads_gemma']:.0%} "
+    f"({verdicts['few_heads_gemma']}). These are the candidates the patching chapter tests causally.\n"
     f"- The capital is the logit lens's top-1 for half the prompts from boundary {first_top1} of "
     f"{model.cfg.n_layers}, where the lens is the model itself: that cannot test when the answer forms, so "
     "the claim is judged in the [Lenses](lenses) chapter, with a tuned lens and before the last block."
@@ -924,6 +938,7 @@ results = ledger.results(
     rank_agreement=agreement.round(4).to_dict(),
     top_heads_dla=top_components.to_dict(orient="records"),
     top10_share_in_sample=in_sample_share,
+    third_round_heads=chosen_heads,
     logit_lens_first_top1=int(first_top1) if not np.isnan(first_top1) else None,
     second_round=pd.concat(rounds.values()).to_dict(orient="records"),
 )

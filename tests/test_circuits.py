@@ -524,3 +524,27 @@ def test_every_circuit_score_takes_a_metric(model):
     assert not kept.any()
     kept, _ = patching.acdc(attn_only, prompts(0), prompts(1), threshold=1e-6)  # KL does grow
     assert kept.any()
+
+
+def test_signed_share_recovers_planted_heads_where_a_share_of_abs_means_is_biased():
+    generator = torch.Generator().manual_seed(0)
+    n_prompts, n_heads = 1000, 200
+    effects = torch.zeros(n_heads)
+    effects[:3], effects[3] = torch.tensor([2.0, 1.5, 1.0]), -1.5  # three writers and one suppressor
+
+    def draw() -> torch.Tensor:  # [prompt, head]: the planted effects plus noise
+        return effects + torch.randn(n_prompts, n_heads, generator=generator)
+
+    chosen, signs = circuits.top_heads_signed(draw(), k=4)
+    assert set(chosen.tolist()) == {0, 1, 2, 3} and signs[3] == -1
+    measuring = draw()
+    truth = 1.0  # only the planted heads carry any effect
+    share = circuits.signed_share(measuring, chosen, signs)
+    assert abs(share - truth) < 0.15, share
+    # the share of |means| counts every noise head's |mean| (about 0.025 each here): well below 1
+    mean = measuring.mean(0).abs()
+    assert (mean[chosen].sum() / mean.sum()).item() < 0.7
+    # a chosen head whose effect moves to another head on the measuring prompts lowers the share
+    measuring[:, 0] -= effects[0]
+    measuring[:, 10] += effects[0] * signs[10]
+    assert circuits.signed_share(measuring, chosen, signs) < share - 0.2

@@ -1,7 +1,10 @@
 """DAS on a synthetic model whose variable lives in one rotated direction: DAS finds it, the best
 single coordinate and a random direction do not; and the interchange itself."""
 
+import pytest
 import torch
+from test_circuits import random_model
+from test_lrp import FAMILIES
 
 from resid import das, stats
 
@@ -62,15 +65,17 @@ def test_das_recovers_a_planted_rotated_variable_where_coordinates_do_not():
     assert full == 1.0  # the whole activation swapped: the source's answer
 
 
-def test_the_residual_site_runs_the_model_on_from_its_boundary():
-    from test_circuits import ARCHITECTURES, random_model
-
-    model = random_model(ARCHITECTURES["llama-like"])
+@pytest.mark.parametrize("position", [-1, 3])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_residual_site_runs_the_model_on_from_its_boundary(family, position):
+    """Only the site and the positions after it rerun, the earlier ones' keys and values read
+    from the clean run: the same logits as the whole model with the residual patched there."""
+    model = random_model(FAMILIES[family])
     base_tokens = torch.randint(0, 256, (3, 8), generator=torch.Generator().manual_seed(0))
     source_tokens = torch.randint(0, 256, (3, 8), generator=torch.Generator().manual_seed(1))
     for boundary in (0, 1, 2):
-        base, run_from = das.resid_site(model, base_tokens, boundary)
-        source, _ = das.resid_site(model, source_tokens, boundary)
+        base, run_from = das.resid_site(model, base_tokens, boundary, position)
+        source, _ = das.resid_site(model, source_tokens, boundary, position)
         with torch.no_grad():
             torch.testing.assert_close(run_from(base, None), model(base_tokens)[:, -1])
             torch.testing.assert_close(
@@ -80,7 +85,7 @@ def test_the_residual_site_runs_the_model_on_from_its_boundary():
 
         def patch(x, hook, source=source):
             x = x.clone()
-            x[:, -1] = source
+            x[:, position] = source
             return x
 
         with torch.no_grad():

@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 import torch
+from test_circuits import random_model
+from test_lrp import FAMILIES
 
 from resid import heads, neurons
 from resid.model import Config, Transformer
@@ -88,6 +90,20 @@ def test_the_eigenvalue_sign_of_an_ov_circuit_tells_copying_from_erasing():
     )
     rotation = torch.tensor([[0.0, -1.0], [1.0, 0.0]])  # eigenvalues ±i: neither
     assert heads.ov_eigenvalue_signs(planted_model(rotation))["eigenvalue sign"].item() == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("family", [name for name in FAMILIES if name.startswith(("llama", "gemma"))])
+def test_eigenvalue_signs_from_the_small_product_match_the_whole_ov_circuit(family):
+    model = random_model(FAMILIES[family])
+    table = heads.ov_eigenvalue_signs(model)
+    for _, row in table.iterrows():
+        before, after = heads.norm_gains(model, int(row["layer"]))
+        ov = model.OV(int(row["layer"]), int(row["head"])).double()
+        ov = ov if before is None else before.double()[:, None] * ov
+        ov = ov if after is None else ov * after.double()
+        eigenvalues = torch.linalg.eigvals(ov)  # [d_model]: d_model - d_head of them zero
+        whole = (eigenvalues.real.sum() / eigenvalues.abs().sum()).item()
+        assert row["eigenvalue sign"] == pytest.approx(whole, abs=1e-6)
 
 
 def test_a_neuron_that_writes_minus_what_it_reads_has_cosine_minus_one():

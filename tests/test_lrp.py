@@ -82,9 +82,15 @@ def test_a_model_whose_logits_are_soft_capped_is_refused():
         lrp.relevance(model, tokens(), 5, 9)
 
 
-def test_the_deletion_curve_removes_positions_in_order():
+def test_deletion_curves_remove_positions_in_order_one_batch_per_step():
     seen = []
-    curve = lrp.deletion_curve(
-        None, torch.tensor([10, 11, 12, 13]), [2, 0], lambda t: seen.append(t.tolist()) or 0.0
-    )
-    assert seen == [[[10, 11, 12, 13]], [[10, 11, 13]], [[11, 13]]] and curve == [0.0, 0.0, 0.0]
+
+    def score(kept: torch.Tensor) -> torch.Tensor:
+        seen.append(kept.tolist())
+        return kept[:, 0].double()  # each prompt's first token, to tell the orders apart
+
+    curves = lrp.deletion_curves(torch.tensor([10, 11, 12, 13]), [[2, 0], [3, 1]], score)
+    assert seen == [[[10, 11, 12, 13]] * 2, [[10, 11, 13], [10, 11, 12]], [[11, 13], [10, 12]]]
+    assert curves.tolist() == [[10.0, 10.0, 11.0], [10.0, 10.0, 10.0]]
+    with pytest.raises(ValueError, match="as many positions"):
+        lrp.deletion_curves(torch.tensor([10, 11, 12]), [[0], [0, 1]], score)

@@ -271,6 +271,22 @@ def head_logit_attributions(
     return contributions[rows].T.reshape(len(prompts), model.cfg.n_layers, model.cfg.n_heads)
 
 
+def top_heads_signed(choosing: Tensor, k: int = 10) -> tuple[Tensor, Tensor]:
+    """The ``k`` heads with the largest |mean| direct effect over the prompts of ``choosing``
+    (``[prompt, head]``), and every head's sign there: what ``signed_share`` measures elsewhere."""
+    mean = choosing.mean(0)
+    return mean.abs().topk(k).indices, mean.sign()
+
+
+def signed_share(measuring: Tensor, chosen: Tensor, signs: Tensor) -> float:
+    """The ``chosen`` heads' share of all heads' direct effect over the prompts of ``measuring``
+    (``[prompt, head]``), each head counted with its sign from the choosing prompts: a ratio of
+    two sums over prompts. Unlike a share of |means|, a head that only adds noise adds nothing to
+    the denominator on average, so resampling the prompts leaves the ratio unbiased."""
+    signed = measuring * signs
+    return (signed[:, chosen].sum() / signed.sum()).item()
+
+
 def backup_heads(
     model: Transformer, prompts: ContrastSet, ablated: Iterable[Head], means: list[Tensor], seed: int = 0
 ) -> tuple[pd.DataFrame, dict]:

@@ -23,7 +23,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import orthogonal
 
-from .model import Transformer
+from .cache import act_name
+from .model import Transformer, key_value_prefix
 
 RunFrom = Callable[[Tensor, Tensor | None], Tensor]  # (activations at the site, pair rows) -> logits
 
@@ -139,20 +140,38 @@ def resid_site(
     and ``position`` of every prompt, ``[batch, d_model]``; and ``run_from(h)``, the last
     position's logits with ``h`` written there (the other positions as they were) for the
     prompts ``rows`` (``None``: all), running only the blocks from ``boundary`` on."""
-    n_pos = tokens.shape[1]
+    n_pos, index = tokens.shape[1], position % tokens.shape[1]
     context = model.context(n_pos)
     with torch.no_grad():
         stream = model.embed_tokens(tokens)
         for block in model.blocks[:boundary]:
             stream = block(stream, *context)
     stream = stream.detach()  # [batch, pos, d_model]
-    index = position % n_pos
+    prefix: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def later_keys_values() -> dict[int, tuple[Tensor, Tensor]]:
+        """The later blocks' keys and values before the site, which no write there changes: one
+        clean pass, on the first call (a source's site is read, never run from)."""
+        if not prefix:
+            later = range(boundary, model.cfg.n_layers)
+            cache: dict[str, Tensor] = {}
+
+            def store(x: Tensor, hook) -> None:
+                cache[hook.name] = x
+
+            keep = [(act_name(h, i), store) for i in later for h in ("rot_k", "v")]
+            with torch.no_grad(), model.hooks(keep):
+                x = stream
+                for block in model.blocks[boundary:]:
+                    x = block(x, *context)
+            prefix.update(key_value_prefix(cache, later, index))
+        return prefix
 
     def run_from(h: Tensor, rows: Tensor | None = None) -> Tensor:
-        x = stream if rows is None else stream[rows]
-        x = torch.cat([x[:, :index], h[:, None], x[:, index + 1 :]], dim=1)  # h at the site
-        for block in model.blocks[boundary:]:
-            x = block(x, *context)
-        return model.to_logits(x[:, -1])
+        x = stream[:, index + 1 :] if rows is None else stream[rows, index + 1 :]
+        x = torch.cat([h[:, None], x], dim=1)  # [batch, pos from the site, d_model]: h at the site
+        kept = later_keys_values()
+        kept = kept if rows is None else {i: (k[rows], v[rows]) for i, (k, v) in kept.items()}
+        return model.finish_from(x, boundary, index, kept)
 
     return stream[:, index], run_from

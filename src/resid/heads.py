@@ -216,15 +216,18 @@ def ov_eigenvalue_signs(model: Transformer) -> pd.DataFrame:
     attending to its own position with a negative sign erases what the stream holds there: the
     Primer's memory management."""
     rows = []
+    W_V, W_O = model.W_V.double(), model.W_O.double()  # [layer, head, d_model, d_head], [.., d_head, d_model]
     for layer in range(model.cfg.n_layers):
         before, after = norm_gains(model, layer)
+        # OV = W_V[h] @ W_O[h] has rank d_head, and its nonzero eigenvalues are those of
+        # W_O[h] @ W_V[h], [d_head, d_head]: the same sums at a fraction of the cost
+        reads, writes = W_V[layer], W_O[layer]
+        if before is not None:
+            reads = before.double()[:, None] * reads  # [head, d_model, d_head]
+        if after is not None:
+            writes = writes * after.double()  # [head, d_head, d_model]
         for head in range(model.cfg.n_heads):
-            ov = model.OV(layer, head).double()
-            if before is not None:
-                ov = before.double()[:, None] * ov
-            if after is not None:
-                ov = ov * after.double()
-            eigenvalues = torch.linalg.eigvals(ov)
+            eigenvalues = torch.linalg.eigvals(writes[head] @ reads[head])
             sign = (eigenvalues.real.sum() / eigenvalues.abs().sum()).item()
             rows.append({"layer": layer, "head": head, "eigenvalue sign": sign})
     return pd.DataFrame(rows)

@@ -27,7 +27,7 @@ rule covers breaks it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -153,22 +153,22 @@ def gradient_x_input(model: Transformer, tokens: Tensor, target: int, foil: int 
 
 
 @torch.no_grad()
-def deletion_curve(
-    model: Transformer,
-    tokens: Tensor,
-    order: list[int],
-    score: Callable[[Tensor], float],
-) -> list[float]:
-    """The score after deleting the first ``k`` positions of ``order`` from ``tokens``
-    (``[pos]``), for ``k = 0 .. len(order)``: the curve a faithful ranking makes fall fastest.
-    ``score`` maps a ``[1, pos']`` token tensor to a number."""
+def deletion_curves(
+    tokens: Tensor, orders: Sequence[Sequence[int]], score: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """The score after deleting the first ``k`` positions of each order from ``tokens``
+    (``[pos]``), for ``k = 0 .. K``: ``[order, K + 1]``, the curves a faithful ranking makes fall
+    fastest. Every order deletes as many positions at each ``k``, so its prompts are one length
+    and run as one batch: ``score`` maps ``[n_orders, pos - k]`` tokens to ``[n_orders]`` scores."""
     tokens = tokens.reshape(-1)
-    curve = []
-    for k in range(len(order) + 1):
-        removed = set(order[:k])
-        kept = torch.tensor([t for i, t in enumerate(tokens.tolist()) if i not in removed])
-        curve.append(float(score(kept[None])))
-    return curve
+    if len({len(order) for order in orders}) != 1:
+        raise ValueError(f"every order must delete as many positions: lengths {[len(o) for o in orders]}")
+    curves = []
+    for k in range(len(orders[0]) + 1):
+        kept = [[i for i in range(len(tokens)) if i not in set(order[:k])] for order in orders]
+        scores = torch.as_tensor(score(tokens[torch.tensor(kept)]), dtype=torch.float64)  # [order]
+        curves.append(scores.reshape(len(orders)))
+    return torch.stack(curves, 1)
 
 
 def deletion_area(curve: list[float]) -> float:

@@ -13,7 +13,7 @@ return a replacement activation.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -621,6 +621,22 @@ class Transformer(nn.Module):
             x = block(x, rope, mask)
         return self.to_logits(x)
 
+    def finish_from(
+        self, x: Tensor, layer: int, start: int = 0, prefix: dict[int, tuple[Tensor, Tensor]] | None = None
+    ) -> Tensor:
+        """The last position's logits ``[batch, vocab]`` of a forward pass finished from the
+        residual stream before block ``layer``. ``x`` holds positions ``start ..``; each block
+        reads the earlier positions' keys and values from ``prefix`` (``key_value_prefix``), so
+        that a change at ``start`` reruns only the positions it can change."""
+        if start and prefix is None:
+            raise ValueError(f"positions before {start} need their keys and values: pass a prefix")
+        rope, mask = self.context(start + x.shape[1])
+        if start:  # the prefix's causal mask is built per block, from its length
+            rope, mask = (None if rope is None else (rope[0][start:], rope[1][start:])), None
+        for i, block in enumerate(self.blocks[layer:], layer):
+            x = block(x, rope, mask, prefix=prefix[i] if start else None)
+        return self.to_logits(x[:, -1])
+
     def loss(self, tokens: Tensor) -> Tensor:
         """Mean next-token cross-entropy in nats."""
         return next_token_loss(self(tokens[:, :-1]), tokens)
@@ -714,6 +730,15 @@ class Transformer(nn.Module):
 
         output = self.run_with_hooks(tokens, [(name, store) for name in wanted], **kwargs)
         return output, ActivationCache(cache, self)
+
+
+def key_value_prefix(
+    cache: Mapping[str, Tensor], layers: Iterable[int], start: int, rows: Tensor | None = None
+) -> dict[int, tuple[Tensor, Tensor]]:
+    """Each block's keys and values of the positions before ``start`` (``hook_rot_k`` and
+    ``hook_v`` in ``cache``), for the batch ``rows`` (default: all), as ``finish_from`` reads them."""
+    pick = (lambda a: a[:, :start]) if rows is None else (lambda a: a[rows, :start])
+    return {i: (pick(cache[act_name("rot_k", i)]), pick(cache[act_name("v", i)])) for i in layers}
 
 
 def next_token_loss(logits: Tensor, tokens: Tensor) -> Tensor:

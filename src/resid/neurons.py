@@ -246,27 +246,34 @@ def ablation_effects(
     names = [act_name("post", layer) for layer in by_layer] + [final]
     unembed = model.unembed.weight.float()  # [vocab, d_model]
     mean_row = unembed.mean(0)
-    direct, total = [], []
-    for ids, answer in zip(prompts, answers.tolist(), strict=True):
-        clean, cache = model.run_with_cache(ids[None], names)
-        ablated = model.run_with_hooks(ids[None], ablation)
-        centred = [logits[0, -1].float() for logits in (clean, ablated)]
-        total.append((centred[1][answer] - centred[1].mean()) - (centred[0][answer] - centred[0].mean()))
+    direct, total = torch.empty(len(prompts)), torch.empty(len(prompts))
+    by_length: dict[int, list[int]] = {}  # prompts of one length run as one batch
+    for i, ids in enumerate(prompts):
+        by_length.setdefault(len(ids), []).append(i)
+    for rows in by_length.values():
+        tokens, answer = torch.stack([prompts[i] for i in rows]), answers[rows]  # [batch, pos], [batch]
+        clean, cache = model.run_with_cache(tokens, names)
+        ablated = model.run_with_hooks(tokens, ablation)
+        centred = [
+            logits[:, -1].float().gather(1, answer[:, None])[:, 0] - logits[:, -1].float().mean(-1)
+            for logits in (clean, ablated)
+        ]
+        total[rows] = centred[1] - centred[0]
         written = 0
         for layer, index in by_layer.items():
             block = model.blocks[layer]
-            acts = cache[act_name("post", layer)][0, -1]  # [d_mlp]
+            acts = cache[act_name("post", layer)][:, -1]  # [batch, d_mlp]
             change = torch.zeros_like(acts)
-            change[index] = means[layer][index].to(acts.dtype) - acts[index]
-            out = write(change @ block.mlp.W_out.weight.T, block.R_mlp_out)  # [d_model]; a change: no bias
+            change[:, index] = means[layer][index].to(acts.dtype) - acts[:, index]
+            out = write(change @ block.mlp.W_out.weight.T, block.R_mlp_out)  # [batch, d_model]; no bias
             if getattr(block, "ln2_post", None) is not None:
                 whole = write(block.mlp.W_out(acts), block.R_mlp_out)
                 out = block.ln2_post.linear(out, block.ln2_post.scale(whole))
             written = written + out
-        scale = model.ln_final.scale(cache[final][0, -1])
-        normed = read(model.ln_final.linear(written, scale), model.R_unembed)
-        direct.append(normed.float() @ (unembed[answer] - mean_row))
-    return torch.stack(direct), torch.stack(total)
+        scale = model.ln_final.scale(cache[final][:, -1])
+        normed = read(model.ln_final.linear(written, scale), model.R_unembed)  # [batch, d_model]
+        direct[rows] = (normed.float() * (unembed[answer] - mean_row)).sum(-1)
+    return direct, total
 
 
 @torch.no_grad()

@@ -31,19 +31,11 @@ from . import hooks, progress
 from .basis import read, write
 from .cache import Head, HeadLike, act_name
 from .metrics import KLFromReference, LogitDiff, Metric
-from .model import Transformer
+from .model import Transformer, key_value_prefix
 
 __all__ = ["KLFromReference", "LogitDiff", "Metric"]  # the metrics, where the patching tools are
 
 # --- activation patching, batched ---
-
-
-def _run_from(model: Transformer, x: Tensor, layer: int) -> Tensor:
-    """Finish a forward pass from the residual stream before block ``layer``; last-position logits."""
-    rope, mask = model.context(x.shape[1])
-    for block in model.blocks[layer:]:
-        x = block(x, rope, mask)
-    return model.to_logits(x[:, -1])
 
 
 INTERVENTIONS = ("zero", "mean", "resample", "noise")
@@ -132,12 +124,6 @@ def _clean_run(model: Transformer, tokens: Tensor, names: list[str]) -> tuple[Te
     return logits, cache, suffix
 
 
-def _clean_prefix(cache: dict, layers: range, start: int, rows: Tensor) -> dict[int, tuple]:
-    """Each block's clean keys and values of the positions before ``start``, for the batch rows
-    ``rows`` (a prompt repeated once per patch), as ``_run_suffix`` reads them."""
-    return {i: tuple(cache[act_name(h, i)][rows, :start] for h in ("rot_k", "v")) for i in layers}
-
-
 def _unchanged(replacement: Tensor, clean: Tensor) -> Tensor:
     """Per position, whether the replacement is exactly the clean value in every prompt: ``[pos]``.
     A patch there changes nothing (a counterfactual prompt that differs from the clean one only
@@ -186,7 +172,7 @@ def patch_residual(
         if not suffix and len(changed):
             x = cache[name].unsqueeze(0).repeat(len(changed), 1, 1, 1)  # [patched position, batch, pos, d]
             x[torch.arange(len(changed)), :, changed] = replacements[name][:, changed].transpose(0, 1)
-            values = _batched(lambda xs, layer=layer: _run_from(model, xs, layer), x.flatten(0, 1), chunk)
+            values = _batched(lambda xs, layer=layer: model.finish_from(xs, layer), x.flatten(0, 1), chunk)
             for position, cell in zip(
                 changed.tolist(), reduce(metric(values.view(len(changed), batch, -1))), strict=True
             ):
@@ -197,27 +183,16 @@ def patch_residual(
             # [patch, batch, pos from first, d_model]
             x = cache[name][:, first:].unsqueeze(0).repeat(len(group), 1, 1, 1)
             x[torch.arange(len(group)), :, group - first] = replacements[name][:, group].transpose(0, 1)
-            prefix = _clean_prefix(
+            prefix = key_value_prefix(
                 cache, range(layer, cfg.n_layers), first, torch.arange(batch).repeat(len(group))
             )
-            values = _run_suffix(model, x.flatten(0, 1), layer, first, prefix)
+            values = model.finish_from(x.flatten(0, 1), layer, first, prefix)
             for position, cell in zip(
                 group.tolist(), reduce(metric(values.view(len(group), batch, -1))), strict=True
             ):
                 cells[position] = cell
         result.append(torch.stack(cells))
     return torch.stack(result).float().cpu()
-
-
-def _run_suffix(model: Transformer, x: Tensor, layer: int, start: int, prefix: dict[int, tuple]) -> Tensor:
-    """Finish a forward pass from block ``layer`` for the positions from ``start`` on, the
-    earlier ones read from ``prefix`` (each block's clean keys and values); last-position logits."""
-    rope, _ = model.context(start + x.shape[1])
-    if rope is not None:
-        rope = (rope[0][start:], rope[1][start:])
-    for i, block in enumerate(model.blocks[layer:], layer):
-        x = block(x, rope, None, prefix=prefix[i] if start else None)
-    return model.to_logits(x[:, -1])
 
 
 @torch.no_grad()
@@ -269,9 +244,9 @@ def patch_heads(
                 z[rows, :, head] = source[prompt, start:, head]
                 return z
 
-            prefix = _clean_prefix(cache, range(layer, cfg.n_layers), start, prompt)
+            prefix = key_value_prefix(cache, range(layer, cfg.n_layers), start, prompt)
             with model.hooks([(z_names[layer], patch)]):
-                return _run_suffix(model, xs, layer, start, prefix)
+                return model.finish_from(xs, layer, start, prefix)
 
         # [head * batch, pos from start, d_model]: row r patches head r // batch of prompt r % batch
         x = cache[resid_names[layer]][:, start:].repeat(cfg.n_heads, 1, 1)
