@@ -1179,8 +1179,9 @@ headline = (
     f"SmolLM2's IOI circuit, assigned role by role on the discovery templates, has {len(circuit)} heads "
     f"(name movers {', '.join(map(str, name_movers))}) and recovers {faithful['faithfulness']:.0%} "
     f"[{faithful['low']:.0%}, {faithful['high']:.0%}] of the logit difference on held-out templates; "
-    f"which name is repeated lives in a {low_k}-dimensional subspace with "
-    f"{by_k[low_k]['DAS'].mean():.0%} of the whole residual's interchange accuracy."
+    f"a learned {low_k}-dimensional subspace carries {ledger.estimates['das_low_dimensional']:.0%} of the "
+    f"whole residual's interchange accuracy for which name is repeated "
+    f"({ledger.verdicts['das_low_dimensional']} against 'a low-dimensional subspace carries it')."
 )
 book.save_results(results, rerun={"model_name": model_name, "n_prompts": n_prompts, "seed": seed},
                   headline=headline)  # fmt: skip
