@@ -282,7 +282,8 @@ def signed_share(measuring: Tensor, chosen: Tensor, signs: Tensor) -> float:
     """The ``chosen`` heads' share of all heads' direct effect over the prompts of ``measuring``
     (``[prompt, head]``), each head counted with its sign from the choosing prompts: a ratio of
     two sums over prompts. Unlike a share of |means|, a head that only adds noise adds nothing to
-    the denominator on average, so resampling the prompts leaves the ratio unbiased."""
+    the denominator on average, so the ratio's bias under resampling shrinks as 1 / prompts
+    (a share of |means| stays biased upward however many prompts there are)."""
     signed = measuring * signs
     return (signed[:, chosen].sum() / signed.sum()).item()
 

@@ -165,7 +165,8 @@ def deletion_curves(
         raise ValueError(f"every order must delete as many positions: lengths {[len(o) for o in orders]}")
     curves = []
     for k in range(len(orders[0]) + 1):
-        kept = [[i for i in range(len(tokens)) if i not in set(order[:k])] for order in orders]
+        removed = [set(order[:k]) for order in orders]
+        kept = [[i for i in range(len(tokens)) if i not in gone] for gone in removed]  # [order, pos - k]
         scores = torch.as_tensor(score(tokens[torch.tensor(kept)]), dtype=torch.float64)  # [order]
         curves.append(scores.reshape(len(orders)))
     return torch.stack(curves, 1)
