@@ -229,6 +229,27 @@ def test_last_position_outputs_average_each_heads_output_at_the_last_token_over_
     assert set(means) == {1} and torch.allclose(means[1], by_hand, atol=1e-6)
 
 
+def test_last_position_logits_of_prompts_of_any_lengths_are_each_prompts_own_forward_pass():
+    """Batched by length (three lengths, one of them twice), with and without an ablation: each row
+    is what the prompt gives alone, and the answer's log-probability is its log-softmax entry."""
+    from resid import hooks
+
+    torch.manual_seed(0)
+    model = Transformer(Config(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_ctx=16)).eval()
+    prompts = [torch.randint(0, 256, (n,)) for n in (5, 8, 5, 6)]
+    assert heads.rows_by_length(prompts) == [[0, 2], [1], [3]]
+    answers = torch.tensor([3, 1, 4, 1])
+    means = heads.last_position_outputs(model, prompts, [0, 1])
+    for fwd_hooks in ((), hooks.replace_heads([(1, 0)], means, position=-1)):
+        logits = heads.last_position_logits(model, prompts, fwd_hooks)
+        alone = torch.stack([model.run_with_hooks(p[None], list(fwd_hooks))[0, -1] for p in prompts])
+        assert logits.shape == (4, model.cfg.vocab_size) and torch.allclose(logits, alone, atol=1e-5)
+        by_hand = torch.stack([alone[i].log_softmax(-1)[a] for i, a in enumerate(answers.tolist())])
+        assert torch.allclose(heads.answer_log_probs(logits, answers), by_hand, atol=1e-5)
+    ablated = heads.last_position_logits(model, prompts, hooks.replace_heads([(1, 0)], means, position=-1))
+    assert not torch.allclose(ablated, heads.last_position_logits(model, prompts))  # the hooks are applied
+
+
 def test_planted_ngram_detectors_are_found_on_one_text_and_confirmed_on_another():
     """Neuron 0 fires on token 5, neuron 1 on the bigram (3, 7), neuron 2 on any of tokens 1, 2
     and 9 (polysemantic), neuron 3 at random positions: the first three are n-gram detectors

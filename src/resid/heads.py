@@ -107,6 +107,34 @@ def relation_scores(model: Transformer, tokens: list[Tensor], related: Tensor, f
     return torch.stack(scores)
 
 
+def rows_by_length(prompts: list[Tensor]) -> list[list[int]]:
+    """The indices of ``prompts`` (1-D token tensors of any lengths) grouped by length, in order of
+    first appearance: each group stacks into one batch, without padding."""
+    groups: dict[int, list[int]] = {}
+    for i, ids in enumerate(prompts):
+        groups.setdefault(len(ids), []).append(i)
+    return list(groups.values())
+
+
+@torch.no_grad()
+def last_position_logits(model: Transformer, prompts: list[Tensor], fwd_hooks=()) -> Tensor:
+    """Each prompt's logits at its last position, ``[prompt, vocab]`` in float32, with the hooks
+    ``fwd_hooks`` (e.g. an ablation from ``resid.hooks``) applied; prompts of one length run as
+    one batch."""
+    logits: list[Tensor | None] = [None] * len(prompts)
+    for rows in rows_by_length(prompts):
+        batch = model.run_with_hooks(torch.stack([prompts[i] for i in rows]), list(fwd_hooks))
+        for i, row in zip(rows, batch[:, -1].float(), strict=True):  # batch: [batch, pos, vocab]
+            logits[i] = row
+    return torch.stack(logits)
+
+
+def answer_log_probs(logits: Tensor, answers: Tensor) -> Tensor:
+    """Each row's log-probability of its answer: ``logits`` ``[prompt, vocab]``, ``answers``
+    ``[prompt]`` token ids; returns ``[prompt]``."""
+    return logits.float().log_softmax(-1).gather(1, answers[:, None])[:, 0]
+
+
 @torch.no_grad()
 def last_position_outputs(model: Transformer, tokens: list[Tensor], layers: list[int]) -> dict[int, Tensor]:
     """Each layer's head outputs (``hook_z``) at the last position, averaged over sentences of

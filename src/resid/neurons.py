@@ -16,7 +16,7 @@ from torch import Tensor
 from . import hooks, progress
 from .basis import read, write
 from .cache import act_name
-from .heads import norm_gains
+from .heads import norm_gains, rows_by_length
 from .metrics import Metric
 from .model import Transformer
 
@@ -247,10 +247,7 @@ def ablation_effects(
     unembed = model.unembed.weight.float()  # [vocab, d_model]
     mean_row = unembed.mean(0)
     direct, total = torch.empty(len(prompts)), torch.empty(len(prompts))
-    by_length: dict[int, list[int]] = {}  # prompts of one length run as one batch
-    for i, ids in enumerate(prompts):
-        by_length.setdefault(len(ids), []).append(i)
-    for rows in by_length.values():
+    for rows in rows_by_length(prompts):  # prompts of one length run as one batch
         tokens, answer = torch.stack([prompts[i] for i in rows]), answers[rows]  # [batch, pos], [batch]
         clean, cache = model.run_with_cache(tokens, names)
         ablated = model.run_with_hooks(tokens, ablation)
