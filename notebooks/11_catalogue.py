@@ -83,6 +83,7 @@ window_length = 64  # [> 3] tokens per window, BOS included where the model uses
 n_tokens_copy = 500  # [> 2] tokens that choose a copying head, and as many others that measure it
 n_random_neurons = 200  # [> 0] random neurons of the chosen neuron's layer, for its chance level
 n_random_draws = 20  # [> 0] random dimension sets for the anisotropy control
+n_control_draws = 5  # [> 0] random head or neuron sets whose damage is averaged against a chosen set's
 n_retrieval = 64  # [> 2] context-retrieval prompts
 n_sentences = 64  # [> 2] agreement sentences per split (A chooses heads, B measures them)
 n_sequences = 64  # [> 2] repeated random sequences that measure head ablations (as many give the means)
@@ -125,7 +126,7 @@ ledger = book.start_chapter("catalogue", seed)  # criteria, claims and checks; t
 if quick:
     models, n_windows, n_tokens_copy, n_random_neurons, n_random_draws, n_resamples, n_retrieval = (
         models[:1], 8, 50, 20, 3, 200, 16)  # fmt: skip
-    n_sentences, n_frequent, n_sequences = 16, 100, 16
+    n_sentences, n_frequent, n_sequences, n_control_draws = 16, 100, 16, 2
 torch.set_grad_enabled(False)  # nothing in this chapter takes a gradient
 SUFFIX = {"smollm2-135m": "smollm2", "gemma3-270m": "gemma3"}  # the criteria's ids end in these
 LABEL = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma-3-270M"}
@@ -360,7 +361,10 @@ with torch.no_grad():
         top = [divmod(int(i), n_heads) for i in index_a.topk(3).indices]
         rest = [divmod(i, n_heads) for i in range(len(index_a)) if divmod(i, n_heads) not in top]
         generator = torch.Generator().manual_seed(seed)
-        draws = [[rest[int(i)] for i in torch.randperm(len(rest), generator=generator)[:3]] for _ in range(5)]
+        draws = [
+            [rest[int(i)] for i in torch.randperm(len(rest), generator=generator)[:3]]
+            for _ in range(n_control_draws)
+        ]
         continues = (~starts_b[:, 1:]).float()  # [window, pos - 1]: the next token continues a word
         clean = heads.next_token_losses(model, split_b[name])
 
@@ -439,7 +443,7 @@ for name in models:
     # the heads at work: the agreeing verb's margin, full and with heads mean-ablated at the end
     top = [divmod(int(i), n_heads) for i in mean_a.flatten().topk(3).indices]
     generator = torch.Generator().manual_seed(seed)
-    draws = [random_heads_like(top, n_heads, generator) for _ in range(5)]
+    draws = [random_heads_like(top, n_heads, generator) for _ in range(n_control_draws)]
     layers = sorted({layer for head_set in [top, *draws] for layer, _ in head_set})
     means = heads.last_position_outputs(model, choose.tokens, layers)
     margin = behaviours.agreement_margins(model, measure_on)
@@ -664,23 +668,6 @@ def ordinal_prompts(
     return prompts, torch.tensor(answers)
 
 
-def last_logits(model, prompts: list, fwd_hooks=()) -> torch.Tensor:
-    """Each prompt's logits at its last position, ``[prompt, vocab]`` in float32; prompts of one
-    length run as one batch."""
-    logits = [None] * len(prompts)
-    for length in sorted({len(ids) for ids in prompts}):
-        rows = [i for i, ids in enumerate(prompts) if len(ids) == length]
-        batch = model.run_with_hooks(torch.stack([prompts[i] for i in rows]), list(fwd_hooks))[:, -1].float()
-        for i, row in zip(rows, batch, strict=True):
-            logits[i] = row
-    return torch.stack(logits)
-
-
-def answer_log_probs(model, prompts: list, answers: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
-    """Each prompt's log-probability of its answer at the last position: ``[prompt]``."""
-    return last_logits(model, prompts, fwd_hooks).log_softmax(-1).gather(1, answers[:, None])[:, 0]
-
-
 at_work_rows = []
 for name in models:
     model = loaded[name]
@@ -727,8 +714,8 @@ for name in models:
         ]
         prompts = [p for prompts_, _ in measure_sets for p in prompts_]
         answers = torch.cat([answers_ for _, answers_ in measure_sets])
-        logits = last_logits(model, prompts)
-        clean = logits.log_softmax(-1).gather(1, answers[:, None])[:, 0]
+        logits = heads.last_position_logits(model, prompts)
+        clean = heads.answer_log_probs(logits, answers)
         right = logits.argmax(-1) == answers
         controls[kind] = (
             f"top prediction right on {right.float().mean().item():.0%}",
@@ -738,7 +725,8 @@ for name in models:
 
         def log_prob_fall(chosen) -> torch.Tensor:
             ablation = hooks.replace_heads(chosen, means, position=-1)
-            return clean - answer_log_probs(model, prompts, answers, ablation)  # [prompt]
+            ablated = heads.last_position_logits(model, prompts, ablation)
+            return clean - heads.answer_log_probs(ablated, answers)  # [prompt]
 
         return log_prob_fall
 
@@ -750,7 +738,7 @@ for name in models:
         None, successor_grid, successor_damage(", ", kind="successor, commas (exploratory)"))  # fmt: skip
     for kind, (stem, scores, damage) in kinds.items():
         top = [divmod(int(i), n_heads) for i in scores.nan_to_num(float("-inf")).flatten().topk(3).indices]
-        draws = [random_heads_like(top, n_heads, generator) for _ in range(5)]
+        draws = [random_heads_like(top, n_heads, generator) for _ in range(n_control_draws)]
         top_damage = damage(top)
         random_damage = torch.stack([damage(draw) for draw in draws]).mean(0)
         difference = bootstrap_mean(top_damage - random_damage)
@@ -1223,7 +1211,7 @@ for name in models:
                 divmod(int(i), d_mlp) for i in (sign * scores[label]).flatten().topk(n_top_neurons).indices
             ]
             direct, total = neurons.ablation_effects(model, prompts, answers, top, means)
-            draws = [random_neurons_like(top, d_mlp, generator) for _ in range(5)]
+            draws = [random_neurons_like(top, d_mlp, generator) for _ in range(n_control_draws)]
             random_total = torch.stack(
                 [neurons.ablation_effects(model, prompts, answers, draw, means)[1] for draw in draws]
             ).mean(0)
@@ -1516,7 +1504,7 @@ for name in models:
             prompts[task] = (selection, held_out, clean, answers)
     effects = []
     for selection, _, clean, answers in prompts.values():
-        queries = selection[:6] if quick else selection  # CI's quick run: a few prompts per task
+        queries = selection[:3] if quick else selection  # CI's quick run: a few prompts per task
         clean, answers = clean[: len(queries)], answers[: len(queries)]  # the same demonstrations, in order
         corrupted, _ = function_vectors.icl_prompts(
             model.tokenizer, selection, queries, 10, seed, shuffle_labels=True, prefix=prefix)  # fmt: skip
