@@ -31,6 +31,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claim.** {cite:t}`elhage2023privileged`, *Privileged Bases in the Transformer Residual
@@ -677,7 +679,19 @@ results = ledger.results(
         },  # fmt: skip
     }
 )
+depth = [estimates["more_with_depth" + suffix] for suffix in ("_heldout", "_gemma")]
+headline = (
+    f"After every block the residual stream's kurtosis exceeds its rotated control by at least "
+    f"{estimates['kurtosis_every_block_heldout']:.3g} on new {model_name} windows and "
+    f"{estimates['kurtosis_every_block_gemma']:.3g} on {second_model}"
+    + (": the basis is privileged" if all(verdicts[f"kurtosis_every_block_{s}"] == "reproduced"
+                                          for s in ("heldout", "gemma")) else "")  # fmt: skip
+    + ". The outlier "
+    f"dimensions' count {'falls' if max(depth) < 0 else 'rises' if min(depth) > 0 else 'moves both ways'} "
+    f"with depth (rank correlations {depth[0]:+.2f} and {depth[1]:+.2f}), where the paper saw it rise."
+)
 book.save_results(
     results,
     rerun={"model_name": model_name, "second_model": second_model, "n_tokens": n_tokens, "seed": seed},
+    headline=headline,
 )

@@ -28,6 +28,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The question.** The residual stream after block $l$ is a partial sum of the writes that
@@ -421,4 +423,13 @@ results = ledger.results(
         for task, found in tasks.items()
     },
 )
-book.save_results(results, rerun={"model_name": model_name, "second_model": second_model, "seed": seed})
+headline = (
+    f"Averaged over boundaries the tuned lens reads {model_name} {mean_kl[model_name, 'tuned lens']:.2f} nats "
+    f"from its output where the logit lens reads {mean_kl[model_name, 'logit lens']:.2f} ({second_model}: "
+    f"{mean_kl[second_model, 'tuned lens']:.2f} against {mean_kl[second_model, 'logit lens']:.2f}), and it decodes "
+    f"the capital and the indirect object {estimates['capital_tuned_earlier']:.1f} and "
+    f"{estimates['ioi_tuned_earlier']:.1f} boundaries earlier than the logit lens."
+)
+book.save_results(
+    results, rerun={"model_name": model_name, "second_model": second_model, "seed": seed}, headline=headline
+)
