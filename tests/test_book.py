@@ -580,6 +580,35 @@ def test_status_says_whether_re_executing_reads_records_or_which_runs_it_trains(
     (tmp_path / "cache" / "lenses").mkdir()
     (tmp_path / "cache" / "lenses" / "lens-dddd000011112222.pt").write_text("")
     assert "training nothing" in book.training_needed({"training_runs": lens})
+    # a record that another chapter's retraining rewrote without the measurement this one read
+    (tmp_path / "runs" / "aaaa000011112222.json").write_text('{"measurements": {"m@1:2": 0.5}}')
+    read = {"aaaa000011112222": ["m@1:2"]}
+    assert "training nothing" in book.training_needed({"training_runs": kept, "measurements_read": read})
+    lost = {"aaaa000011112222": ["m@1:2", "direct_path@3:4"]}
+    needed = book.training_needed({"training_runs": kept, "measurements_read": lost})
+    assert needed.startswith("re-executing trains 1 of its 2 runs") and "aaaa000011112222" in needed
+    # with the weights in this machine's cache the measurement is computed, nothing trained
+    assert "training nothing" in book.training_needed(
+        {"training_runs": kept, "measurements_read": {"bbbb000011112222": ["x@1:2"]}})  # fmt: skip
+
+
+def test_a_chapter_records_which_measurements_of_a_run_it_read(monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    from resid import provenance, records, train
+
+    monkeypatch.setenv(records.ENV, str(tmp_path / "runs"))
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(provenance, "BUILDS", [])
+    monkeypatch.setattr(provenance, "MEASUREMENTS", {})
+    cfg = replace(train.PRESETS["tiny-layernorm"], steps=2, eval_every=2, batch_size=2, seed=3)
+
+    def n_layers(model) -> int:
+        return model.cfg.n_layers
+
+    assert train.measure(cfg, n_layers) == cfg.model.n_layers
+    read = provenance.rerun_times(1.0)["measurements_read"]
+    assert read == {cfg.key(): [records.measurement_id(n_layers, {})]}
 
 
 def test_registration_is_read_from_the_history():

@@ -148,10 +148,19 @@ def training_needed(rerun: dict) -> str:
     if not runs:
         return "it trains nothing"
 
+    read = rerun.get("measurements_read", {})  # recorded by executions from 2026-12-06 on
+
     def kept(key: str) -> bool:
         if key.startswith("lens-"):  # a tuned lens's record keeps no translators: only the cache has them
             return (cache_dir() / "lenses" / f"{key}.pt").exists()
-        return records.json_path(key).exists() or (cache_dir() / "runs" / f"{key}.pt").exists()
+        if (cache_dir() / "runs" / f"{key}.pt").exists():
+            return True  # the weights are here: a missing measurement is computed without training
+        path = records.json_path(key)
+        if not path.exists():
+            return False
+        # a record rewritten by another chapter's retraining may have lost what this one read
+        held = json.loads(path.read_text()).get("measurements", {}) if read.get(key) else {}
+        return all(name in held for name in read.get(key, []))
 
     missing = {key: seconds for key, seconds in runs.items() if not kept(key)}
     if not missing:

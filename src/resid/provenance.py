@@ -16,6 +16,7 @@ from pathlib import Path
 
 BUILDS: list[dict] = []
 INPUTS: dict[str, str] = {}
+MEASUREMENTS: dict[str, set[str]] = {}  # training run key -> the measurements read of it
 
 
 def record_build(
@@ -37,6 +38,12 @@ def record_build(
 
 def record_input(name: str, sha256_16: str) -> None:
     INPUTS[name] = sha256_16
+
+
+def record_measurement(run_key: str, measurement: str) -> None:
+    """A chapter read ``measurement`` (``records.measurement_id``) of a training run: its record
+    must still hold it for a re-execution to train nothing."""
+    MEASUREMENTS.setdefault(run_key, set()).add(measurement)
 
 
 def file_hash(path: Path) -> str:
@@ -76,6 +83,7 @@ def rerun_times(wall_seconds: float) -> dict:
             for name, a in artefacts.items()
             if name.startswith(("training run ", "tuned lens "))
         },  # fmt: skip
+        "measurements_read": {key: sorted(ids) for key, ids in MEASUREMENTS.items()},
     }
 
 

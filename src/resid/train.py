@@ -34,7 +34,7 @@ from .optim import RotatedAdamW, ScalarAdamW
 from .paths import cache_dir
 from .progress import bar as progress_bar
 from .progress import steps as progress_steps
-from .provenance import machine, record_build
+from .provenance import machine, record_build, record_measurement
 from .stats import haar_rotation, kurtosis_metric, principal_kurtosis, top_energy_share
 
 OPTIMIZERS = ("adamw", "sgd", "rotated_adamw", "shared_basis_adamw", "scalar_adamw", "muon", "soap")
@@ -709,6 +709,7 @@ def measure(cfg: TrainConfig, fn, /, progress: bool = False, **inputs):
     trained model (loaded, or trained now) and added to the record. The value comes back as the
     record stores it (tables, tensors, tuples restored), computed or read alike."""
     name = records.measurement_id(fn, inputs)
+    record_measurement(cfg.key(), name)
     record = _record(cfg)
     if record is not None and name in record["measurements"]:
         _read_from(record, cfg)
