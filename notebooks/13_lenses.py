@@ -423,11 +423,12 @@ results = ledger.results(
         for task, found in tasks.items()
     },
 )
+tuned, logit = mean_kl[model_name, "tuned lens"], mean_kl[model_name, "logit lens"]
+tuned_second, logit_second = mean_kl[second_model, "tuned lens"], mean_kl[second_model, "logit lens"]
 headline = (
-    f"Averaged over boundaries the tuned lens reads {model_name} {mean_kl[model_name, 'tuned lens']:.2f} nats "
-    f"from its output where the logit lens reads {mean_kl[model_name, 'logit lens']:.2f} ({second_model}: "
-    f"{mean_kl[second_model, 'tuned lens']:.2f} against {mean_kl[second_model, 'logit lens']:.2f}), and it decodes "
-    f"the capital and the indirect object {estimates['capital_tuned_earlier']:.1f} and "
+    f"Averaged over boundaries the tuned lens reads {model_name} {tuned:.2f} nats from its output where "
+    f"the logit lens reads {logit:.2f} ({second_model}: {tuned_second:.2f} against {logit_second:.2f}), "
+    f"and it decodes the capital and the indirect object {estimates['capital_tuned_earlier']:.1f} and "
     f"{estimates['ioi_tuned_earlier']:.1f} boundaries earlier than the logit lens."
 )
 book.save_results(
