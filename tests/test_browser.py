@@ -56,8 +56,9 @@ def browser():
 
 
 def open_page(browser, url: str):
-    """A page at ``url`` whose requests to any host but this machine are blocked and recorded,
-    and whose failed or missing local requests are recorded too."""
+    """A page at ``url`` (in ``browser``, or in a context of it) whose requests to any host but
+    this machine are blocked and recorded, and whose failed or missing local requests are
+    recorded too."""
     page = browser.new_page()
     page.external, page.failed = [], []
 
@@ -146,10 +147,19 @@ def committed() -> list[str]:
     return [n for n in book.chapters() if (book.CHAPTERS_OUT / f"{n}.ipynb").exists()]
 
 
-def test_parameters_setup_and_plotting_code_are_collapsed_and_the_figures_shown(published, browser):
+@pytest.fixture(scope="module")
+def chapter_pages(published, browser):
+    """Every committed chapter's page, loaded once at a laptop's viewport and shared by the tests
+    below (each leaves its page as it found it): loading them is most of these tests' time."""
     assert committed(), "no executed chapter is committed"
-    for name in committed():
-        page = open_page(browser, f"{published}/chapters/{name}.html")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pages = {name: open_page(context, f"{published}/chapters/{name}.html") for name in committed()}
+    yield pages
+    context.close()
+
+
+def test_parameters_setup_and_plotting_code_are_collapsed_and_the_figures_shown(chapter_pages):
+    for name, page in chapter_pages.items():
         collapsed = page.locator(".tag_parameters, .tag_injected-parameters, .tag_setup, .tag_plot")
         assert collapsed.count() >= 2, name
         for i in range(collapsed.count()):
@@ -158,13 +168,11 @@ def test_parameters_setup_and_plotting_code_are_collapsed_and_the_figures_shown(
             assert not cell.locator(".cell_input").is_visible(), f"{name}: a collapsed cell's code shows"
         figures = page.locator(".tag_plot .cell_output img")
         assert all(figures.nth(i).is_visible() for i in range(figures.count())), name
-        page.close()
 
 
-def test_check_tables_stay_folded_until_their_toggle_is_clicked(published, browser):
+def test_check_tables_stay_folded_until_their_toggle_is_clicked(chapter_pages):
     """A check table answers some exercises: on the published pages it shows only when asked."""
-    for name in committed():
-        page = open_page(browser, f"{published}/chapters/{name}.html")
+    for name, page in chapter_pages.items():
         checks = page.locator(".tag_checks")
         assert checks.count() == 1, name
         output = checks.locator(".cell_output")
@@ -172,7 +180,8 @@ def test_check_tables_stay_folded_until_their_toggle_is_clicked(published, brows
         assert not output.is_visible(), f"{name}: its check table shows before it is asked for"
         checks.locator("summary").first.click()
         assert output.is_visible(), name
-        page.close()
+        checks.locator("summary").first.click()  # folded again, as the other tests expect it
+        assert not output.is_visible(), name
 
 
 # Matplotlib draws 10-point text 14 px high at its 100 dpi; shrunk below 0.6 of its size, such
@@ -180,10 +189,8 @@ def test_check_tables_stay_folded_until_their_toggle_is_clicked(published, brows
 LEGIBLE_SCALE = 0.6
 
 
-def test_no_figure_is_shrunk_below_a_legible_size(published, browser):
-    for name in committed():
-        page = open_page(browser, f"{published}/chapters/{name}.html")
-        page.set_viewport_size({"width": 1280, "height": 900})
+def test_no_figure_is_shrunk_below_a_legible_size(chapter_pages):
+    for name, page in chapter_pages.items():
         sizes = page.eval_on_selector_all(
             ".cell_output img", "els => els.map(e => [e.clientWidth, e.naturalWidth])"
         )
@@ -191,7 +198,6 @@ def test_no_figure_is_shrunk_below_a_legible_size(published, browser):
         assert shown, f"{name} shows no figure"
         small = [(w, n) for w, n in shown if w / n < LEGIBLE_SCALE]
         assert not small, f"{name}: figures shown at {[f'{w}/{n} px' for w, n in small]}"
-        page.close()
 
 
 # Chapters whose committed execution wrote to stderr and that wait for their re-execution: none
@@ -206,12 +212,10 @@ TEXT_OUTSIDE_CODE_AND_MATH = """article => {
 }"""
 
 
-def test_pages_read_like_a_book(published, browser):
+def test_pages_read_like_a_book(chapter_pages):
     """No stderr block; every figure has alt text that says what it shows; no "$" left raw in the
     text; no table wider than the text column."""
-    for name in committed():
-        page = open_page(browser, f"{published}/chapters/{name}.html")
-        page.set_viewport_size({"width": 1280, "height": 900})
+    for name, page in chapter_pages.items():
         if name not in STDERR_AWAITING_EXECUTION:
             assert page.locator(".output.stderr").count() == 0, f"{name} shows stderr"
         alts = page.eval_on_selector_all(".cell_output img", "els => els.map(e => e.getAttribute('alt'))")
@@ -227,4 +231,3 @@ def test_pages_read_like_a_book(published, browser):
         )
         wide = [round(w) for w, column in widths if w > column + 1]
         assert not wide, f"{name}: tables wider than the {round(widths[0][1])} px text column: {wide}"
-        page.close()
