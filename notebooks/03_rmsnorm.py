@@ -475,4 +475,14 @@ results = ledger.results(
     val_loss=chosen.groupby("variant")["val loss"].mean().to_dict(),
 )
 rerun = {"seeds": seeds, "fresh_seeds": fresh_seeds, "n_sequences": n_sequences, "seed": seed}
-book.save_results(results, rerun=rerun)
+kept = verdicts["not_layernorm_fresh"] == "reproduced"
+headline = (
+    f"With no per-coordinate operation in its norms, the basis-free model's residual stream "
+    f"{'still has' if kept else 'does not clearly have'} a privileged basis on fresh seeds (excess kurtosis "
+    f"{estimates['not_layernorm_fresh']:.2f} over its rotated control, {verdicts['not_layernorm_fresh']})"
+    f"{': LayerNorm is not its cause' if kept else ''}. Against the paper's 'as heavy' and 'identical "
+    f"performance', its tails differ from LayerNorm's by {estimates['tails_as_heavy_fresh']:+.1f} "
+    f"({verdicts['tails_as_heavy_fresh']}) and its held-out loss by {estimates['trains_as_well_fresh']:+.3f} "
+    f"nats per byte ({verdicts['trains_as_well_fresh']})."
+)
+book.save_results(results, rerun=rerun, headline=headline)

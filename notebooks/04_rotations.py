@@ -660,6 +660,20 @@ results = ledger.results(
     val_loss_bf16_training=finals16.groupby("variant")["val loss"].mean().to_dict(),
     bf16_training_loss_cost=list(bf16_cost_interval),
 )
+headline = (
+    (
+        "The heavy tails follow the basis the layers compute in, not the one the residual stream carries: "
+        if follows_computation
+        else "These runs do not show that the heavy tails follow the basis the layers compute in: "
+    )
+    + "trained in one shared rotated basis, the model's residual stream has an excess kurtosis of "
+    f"{estimates['residual_shared']:+.2f} ({verdicts['residual_shared']} against 'no privileged basis') "
+    f"and its MLPs' inputs a log2 ratio of {estimates['computation_basis_shared']:+.2f} to the basis-free "
+    f"model's ({verdicts['computation_basis_shared']} against 'very similar'), at a held-out loss change of "
+    f"{estimates['trains_as_well_shared']:+.3f} nats per byte ({verdicts['trains_as_well_shared']})."
+)
 book.save_results(
-    results, rerun={"model_name": model_name, "seeds": seeds, "n_sequences": n_sequences, "seed": seed}
+    results,
+    rerun={"model_name": model_name, "seeds": seeds, "n_sequences": n_sequences, "seed": seed},
+    headline=headline,
 )
