@@ -55,6 +55,9 @@ def quick_book(tmp_path_factory):
     return site
 
 
+PUBLISHED_FROM = "https://github.com/resid-book/resid"  # stands in for ${{ github.repository }}
+
+
 @pytest.fixture(scope="session")
 def committed_book(tmp_path_factory):
     """The published book: the executed chapters committed in book/chapters, rendered as
@@ -78,5 +81,9 @@ def committed_book(tmp_path_factory):
                             or (site / f"{c['file']}.ipynb").exists()]  # fmt: skip
     toc["parts"] = [part for part in toc["parts"] if part["chapters"]]
     (site / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+    # the Pages workflow names the repository it publishes from, which gives the launch buttons
+    config = yaml.safe_load((site / "_config.yml").read_text())
+    config["repository"]["url"] = PUBLISHED_FROM
+    (site / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     render(site)
     return site

@@ -459,6 +459,23 @@ def test_the_pages_workflow_builds_the_committed_chapters_with_make_book():
 
 
 @pytest.mark.slow
+def test_the_published_pages_launch_each_chapters_handout_in_binder_and_colab(committed_book):
+    """Built as the Pages workflow builds it (the repository named), each committed chapter's page
+    has a Binder and a Colab button, and both open that chapter's committed handout."""
+    from conftest import PUBLISHED_FROM
+
+    repo = PUBLISHED_FROM.removeprefix("https://github.com/")
+    names = [n for n in book.chapters() if (book.CHAPTERS_OUT / f"{n}.ipynb").exists()]
+    assert names
+    for name in names:
+        page = html_unescape((committed_book / "_build" / "html" / "chapters" / f"{name}.html").read_text())
+        handout = f"book/handouts/chapters/{name}.ipynb"
+        assert f"https://mybinder.org/v2/gh/{repo}/main?urlpath=lab/tree/{handout}" in page, name
+        assert f"https://colab.research.google.com/github/{repo}/blob/main/{handout}" in page, name
+        student = nbformat.read(book.ROOT / handout, as_version=4)
+        assert not any("solution" in c.metadata.get("tags", []) for c in student.cells), name
+
+
 def test_quick_chapters_execute_and_the_book_builds_offline(quick_book):
     html = quick_book / "_build" / "html"
     for name in book.chapters():
