@@ -106,6 +106,18 @@ def test_eigenvalue_signs_from_the_small_product_match_the_whole_ov_circuit(fami
         assert row["eigenvalue sign"] == pytest.approx(whole, abs=1e-6)
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_few_tokens_direction_logits_are_those_columns_of_the_whole_vocabularys(family):
+    """The unembedding's rows chosen before the product (what OV circuits and copy scores use)
+    give the whole vocabulary's logits at those tokens, through each family's final norm."""
+    model = random_model(FAMILIES[family])
+    written = torch.randn(3, 5, model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([7, 0, 3, 7])  # out of order and repeated
+    whole = model.direction_logits(written)
+    torch.testing.assert_close(model.direction_logits(written, ids), whole[..., ids], rtol=1e-6, atol=1e-6)
+    assert model.direction_logits(written, ids).shape == (3, 5, 4)
+
+
 def test_a_neuron_that_writes_minus_what_it_reads_has_cosine_minus_one():
     torch.manual_seed(0)
     model = Transformer(Config(d_model=16, n_layers=1, n_heads=2, d_mlp=8, n_ctx=8, norm="basisfree")).eval()

@@ -220,7 +220,7 @@ def copy_scores_in_context(
         written = write(
             block.attn.ov_write(read(block.ln1(x), block.R_attn_in))[:, 0, head.head], block.R_attn_out
         )
-        logits = model.direction_logits(written)[:, token_ids]  # [prompt, name]
+        logits = model.direction_logits(written, token_ids)  # [prompt, name]
         rows.append(
             {
                 "head": str(head),

@@ -327,7 +327,7 @@ def ov_circuit(model: Transformer, layer: int, head: int, token_ids: Tensor) -> 
     attending to token i raises the logit of token j. ``[n, n]``."""
     read_in = _normalised_embeddings(model, layer, token_ids)  # [n, d_model]
     written = _post_gain(model, layer, read_in @ model.OV(layer, head))
-    return model.direction_logits(written)[:, token_ids].float()
+    return model.direction_logits(written, token_ids).float()
 
 
 @torch.no_grad()

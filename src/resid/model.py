@@ -555,15 +555,19 @@ class Transformer(nn.Module):
             logits = self.cfg.final_softcap * torch.tanh(logits / self.cfg.final_softcap)
         return logits
 
-    def direction_logits(self, x: Tensor) -> Tensor:
+    def direction_logits(self, x: Tensor, token_ids: Tensor | None = None) -> Tensor:
         """The logits a write ``x`` into the final residual adds, through the final norm's gain
         (and LayerNorm's centring) but not its scale, which depends on the whole residual:
         the linear read-out by which a head's or a neuron's output direction promotes tokens
         (before any soft-capping of the logits, which is not linear, and without the
-        unembedding's bias, which no write adds)."""
+        unembedding's bias, which no write adds). ``token_ids``: only those tokens' logits,
+        ``[..., len(token_ids)]``, the unembedding's rows chosen before the product rather than
+        the whole vocabulary's logits sliced after it: the same numbers for a fraction of the
+        work where the vocabulary is large."""
         if self.ln_final is not None:
             x = self.ln_final.linear(x, 1.0)
-        return F.linear(read(x, self.R_unembed), self.unembed.weight)
+        unembed = self.unembed.weight if token_ids is None else self.unembed.weight[token_ids]
+        return F.linear(read(x, self.R_unembed), unembed)
 
     # --- per-head weights in the residual basis, shaped as TransformerLens shapes them ---
 
