@@ -334,3 +334,19 @@ def test_mean_ablation_over_one_sequence_leaves_that_sequence_unchanged():
     other = heads.mean_ablation(model, tokens[1:], chosen)  # another sequence's outputs change it
     changed = heads.next_token_losses(model, tokens[:1], other) - heads.next_token_losses(model, tokens[:1])
     assert changed.abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_logits_to_keep_gives_the_last_positions_of_the_whole_pass(family):
+    """What the last-position tools ask for: the final norm and unembedding on the last
+    positions alone, equal to the whole pass's logits there, with hooks and a cache as usual."""
+    model = random_model(FAMILIES[family])
+    if model.unembed is None:
+        pytest.skip("an encoder without an LM head returns its final residual")
+    tokens = torch.randint(0, model.cfg.vocab_size, (3, 7), generator=torch.Generator().manual_seed(1))
+    whole = model(tokens)
+    torch.testing.assert_close(model(tokens, logits_to_keep=1), whole[:, -1:], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(model(tokens, logits_to_keep=3), whole[:, -3:], rtol=1e-6, atol=1e-6)
+    first = model.resid_names()[1]
+    kept, cache = model.run_with_cache(tokens, [first], logits_to_keep=1)
+    assert kept.shape == (3, 1, model.cfg.vocab_size) and cache[first].shape[:2] == (3, 7)

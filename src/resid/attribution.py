@@ -29,7 +29,7 @@ def prediction_score(
 
     def score(embeddings: Tensor) -> Tensor:
         with model.hooks([("hook_embed", lambda _, hook: embeddings)]):
-            logits = model(tokens)[:, -1].float()
+            logits = model(tokens, logits_to_keep=1)[:, -1].float()
         return logits[:, target] - (0.0 if foil is None else logits[:, foil])
 
     return score
@@ -96,7 +96,7 @@ def input_attributions(
         occlusion = [float("nan")] * tokens.shape[1]
         if deletable:
             shorter = torch.stack([torch.cat([tokens[0, :i], tokens[0, i + 1 :]]) for i in deletable])
-            logits = model(shorter)[:, -1].float()  # [deleted position, vocab]
+            logits = model(shorter, logits_to_keep=1)[:, -1].float()  # [deleted position, vocab]
             deleted = logits[:, target] - (0.0 if foil is None else logits[:, foil])
             for i, value in zip(deletable, deleted.tolist(), strict=True):
                 occlusion[i] = full - value
@@ -248,7 +248,7 @@ def direct_logit_attribution(
     (minus ``foils[b]``), averaged over the batch; and a check that the contributions, with the
     final norm's bias, sum to the model's own logit (difference)."""
     labels, contributions, bias_term = component_attributions(model, tokens, targets, foils)
-    logits = model(tokens)[:, -1].float()
+    logits = model(tokens, logits_to_keep=1)[:, -1].float()
     actual = logits.gather(1, targets[:, None])[:, 0] if foils is None else LogitDiff(targets, foils)(logits)
     frame = pd.DataFrame({"component": labels, "dla": contributions.mean(1).tolist()})
     check = {

@@ -461,7 +461,7 @@ def capital_prompts(tokenizer) -> PromptSet:
 def answer_accuracy(model: Transformer, tokens: Tensor, answers: Tensor, foils: Tensor | None = None) -> dict:
     """How well the model does the task: top-1 accuracy on the answer; with foils, how often
     the answer beats the foil and the mean logit difference."""
-    logits = model(tokens)[:, -1].float()
+    logits = model(tokens, logits_to_keep=1)[:, -1].float()
     result = {"top-1 accuracy": (logits.argmax(-1) == answers).float().mean().item()}
     if foils is not None:
         diff = LogitDiff(answers, foils)(logits)

@@ -48,7 +48,8 @@ def ablated_logit_diff(
     """The logit difference (answer minus foil) of every prompt with the heads in ``ablate``
     mean-ablated: ``[prompt]``; or ``metric`` of the last position's logits, where given (any
     of ``metrics.py``'s, e.g. ``AnswerProbability(prompts.answers)``)."""
-    logits = model.run_with_hooks(prompts.tokens, hooks.replace_heads(ablate, means))[:, -1].float()
+    logits = model.run_with_hooks(prompts.tokens, hooks.replace_heads(ablate, means), logits_to_keep=1)[:, -1]
+    logits = logits.float()
     return (metric or LogitDiff(prompts.answers, prompts.foils))(logits)
 
 
@@ -151,13 +152,14 @@ def prune_heads(
     replaces KL: any per-prompt distance of the circuit's last-position logits from the full
     model's (e.g. the logit difference's absolute change). Returns the heads kept and the
     passes run."""
-    reference = model(prompts.tokens)[:, -1]
+    reference = model(prompts.tokens, logits_to_keep=1)[:, -1]
     kl = metric or KLFromReference(reference)
     ablated: list[Head] = []
     current, passes = 0.0, 0
     order = [h for h in reversed(all_heads(model)) if candidates is None or h in set(candidates)]
     for head in progress.steps(order, "ACDC over heads"):
-        logits = model.run_with_hooks(prompts.tokens, hooks.replace_heads(ablated + [head], means))[:, -1]
+        ablation = hooks.replace_heads(ablated + [head], means)
+        logits = model.run_with_hooks(prompts.tokens, ablation, logits_to_keep=1)[:, -1]
         trial = kl(logits).mean().item()
         passes += 1
         if trial - current < threshold:

@@ -173,7 +173,7 @@ def average_indirect_effect(
         values[:, -1] = mean.to(values.dtype)
         patched_in[name] = values
     metric = AnswerProbability(answers)
-    base = metric(model(corrupted)[:, -1]).mean()
+    base = metric(model(corrupted, logits_to_keep=1)[:, -1]).mean()
     return patch_heads(model, corrupted, patched_in, metric) - base.item()
 
 
@@ -200,7 +200,7 @@ def add_at(boundary: int, vector: Tensor, position: int = -1) -> list[tuple[str,
 @torch.no_grad()
 def top1_hits(model: Transformer, tokens: Tensor, answers: Tensor, hooks: list | None = None) -> Tensor:
     """Per prompt, whether the answer is the most likely next token: ``[batch]`` floats."""
-    logits = model.run_with_hooks(tokens, hooks or [])[:, -1]
+    logits = model.run_with_hooks(tokens, hooks or [], logits_to_keep=1)[:, -1]
     return (logits.argmax(-1) == answers).float()
 
 

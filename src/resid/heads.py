@@ -123,8 +123,9 @@ def last_position_logits(model: Transformer, prompts: list[Tensor], fwd_hooks=()
     one batch."""
     logits: list[Tensor | None] = [None] * len(prompts)
     for rows in rows_by_length(prompts):
-        batch = model.run_with_hooks(torch.stack([prompts[i] for i in rows]), list(fwd_hooks))
-        for i, row in zip(rows, batch[:, -1].float(), strict=True):  # batch: [batch, pos, vocab]
+        tokens = torch.stack([prompts[i] for i in rows])
+        batch = model.run_with_hooks(tokens, list(fwd_hooks), logits_to_keep=1)
+        for i, row in zip(rows, batch[:, -1].float(), strict=True):  # batch: [batch, 1, vocab]
             logits[i] = row
     return torch.stack(logits)
 

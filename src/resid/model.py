@@ -618,12 +618,19 @@ class Transformer(nn.Module):
         without biases, QK-norm or the rotary map, which make it depend on positions)."""
         return self._heads_of("W_Q", layer)[head] @ self._heads_of("W_K", layer)[head].T
 
-    def forward(self, tokens: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, tokens: Tensor, attention_mask: Tensor | None = None, logits_to_keep: int = 0
+    ) -> Tensor:
+        """Logits ``[batch, pos, vocab]``. ``logits_to_keep`` (transformers' name): the last
+        that many positions' only (0: every position), ``[batch, logits_to_keep, vocab]``. The
+        final norm and the unembedding then run on those positions alone: for a tool that reads
+        the last position, with a large vocabulary, that is most of the pass (Gemma-3-270M's
+        262,144-token unembedding costs more than its 18 blocks)."""
         x = self.embed_tokens(tokens)
         rope, mask = self.context(tokens.shape[1], attention_mask)
         for block in self.blocks:
             x = block(x, rope, mask)
-        return self.to_logits(x)
+        return self.to_logits(x[:, -logits_to_keep:] if logits_to_keep else x)
 
     def finish_from(
         self, x: Tensor, layer: int, start: int = 0, prefix: dict[int, tuple[Tensor, Tensor]] | None = None

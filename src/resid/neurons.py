@@ -168,7 +168,8 @@ def neuron_effects(
     block = model.blocks[layer]
     direct, total = [], []
     for neuron in progress.steps(neurons, f"neuron patching, layer {layer}", show=len(neurons) > 20):
-        patched = model.run_with_hooks(clean, hooks.replace_coordinates(name, [neuron], counter_cache[name]))
+        patching = hooks.replace_coordinates(name, [neuron], counter_cache[name])
+        patched = model.run_with_hooks(clean, patching, logits_to_keep=1)
         total.append(metric(patched[:, -1]) - base)
         change = counter_cache[name][:, -1, neuron] - clean_cache[name][:, -1, neuron]  # [batch]
         written = write(change[:, None] * block.mlp.W_out.weight[:, neuron], block.R_mlp_out)
@@ -249,8 +250,8 @@ def ablation_effects(
     direct, total = torch.empty(len(prompts)), torch.empty(len(prompts))
     for rows in rows_by_length(prompts):  # prompts of one length run as one batch
         tokens, answer = torch.stack([prompts[i] for i in rows]), answers[rows]  # [batch, pos], [batch]
-        clean, cache = model.run_with_cache(tokens, names)
-        ablated = model.run_with_hooks(tokens, ablation)
+        clean, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
+        ablated = model.run_with_hooks(tokens, ablation, logits_to_keep=1)
         centred = [
             logits[:, -1].float().gather(1, answer[:, None])[:, 0] - logits[:, -1].float().mean(-1)
             for logits in (clean, ablated)

@@ -284,7 +284,8 @@ def patch_heads_naive(
     for layer in range(cfg.n_layers):
         source = {layer: replacements[act_name("z", layer)]}
         for head in range(cfg.n_heads):
-            logits = model.run_with_hooks(clean, hooks.replace_heads([(layer, head)], source))[:, -1]
+            ablation = hooks.replace_heads([(layer, head)], source)
+            logits = model.run_with_hooks(clean, ablation, logits_to_keep=1)[:, -1]
             result[layer, head] = metric(logits).mean()
     return result
 
@@ -313,7 +314,8 @@ def patch_residual_naive(
                 x[:, position] = replacements[name][:, position]
                 return x
 
-            result[layer, position] = metric(model.run_with_hooks(clean, [(name, patch)])[:, -1]).mean()
+            patched = model.run_with_hooks(clean, [(name, patch)], logits_to_keep=1)[:, -1]
+            result[layer, position] = metric(patched).mean()
     return result
 
 
