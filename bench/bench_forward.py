@@ -3,7 +3,10 @@
 Prints ratios (>1 means resid is faster): plain forward, and forward while caching the
 residual stream at every layer boundary. Then resid's forward in bfloat16 against float32 on
 this CPU: above 1 where it has bf16 matrix units (AMX on recent Xeons), far below 1 on an
-AVX2-only CPU, where the painters chapter runs faster with ``P="dtype=float32"``.
+AVX2-only CPU, where the painters chapter runs faster with ``P="dtype=float32"``. Last, for
+SmolLM2 and Gemma-3-270M (a 262,144-token vocabulary), a last-position readout with
+``logits_to_keep=1`` against the whole pass's logits, and an OV circuit on 1,000 tokens with
+the unembedding's rows chosen before the product against the vocabulary's logits sliced after.
 """
 
 import importlib.util
@@ -36,6 +39,25 @@ def main() -> None:
     print(f"resid forward:        {n / t_ours:,.0f} tokens/s  ratio {t_ref / t_ours:.2f}x")
     print(f"resid + resid cache:  {n / t_cache:,.0f} tokens/s  ratio {t_ref / t_cache:.2f}x")
     print(f"resid in bfloat16:    {n / t_half:,.0f} tokens/s  {t_ours / t_half:.2f}x resid in float32")
+    for name in ("smollm2-135m", "gemma3-270m"):
+        last_position_readouts(name)
+
+
+def last_position_readouts(name: str) -> None:
+    """The two readouts that need only some of a vocabulary's logits, against computing all."""
+    model = resid.load(name)
+    prompts = torch.randint(0, 5000, (8, 100))
+    ids = torch.randperm(model.cfg.vocab_size)[:1000]
+    written = torch.randn(len(ids), model.cfg.d_model)
+    with torch.no_grad():
+        t_all = best_time(lambda: model(prompts)[:, -1])
+        t_last = best_time(lambda: model(prompts, logits_to_keep=1)[:, -1])
+        t_sliced = best_time(lambda: model.direction_logits(written)[:, ids])
+        t_chosen = best_time(lambda: model.direction_logits(written, ids))
+    print(f"{name}: the last position of {tuple(prompts.shape)} with logits_to_keep=1: "
+          f"{t_all / t_last:.2f}x the whole pass's logits")  # fmt: skip
+    print(f"{name}: 1,000 tokens' direction logits, the unembedding's rows chosen first: "
+          f"{t_sliced / t_chosen:.0f}x the vocabulary's sliced")  # fmt: skip
 
 
 if __name__ == "__main__":
