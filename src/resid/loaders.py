@@ -196,7 +196,9 @@ def _load_gguf(path: Path, cache_name: str | None = None, label: str | None = No
         # its tensor-by-tensor bar would land in a chapter's stderr; the note above tells the terminal
         quiet = functools.partial(gguf_utils.tqdm, disable=True)
         try:
-            with patch.object(gguf_utils, "tqdm", quiet), _gguf_parsed_once():
+            # fork_rng: building a model draws its random initialisation from the global generator,
+            # and a chapter's later draws must not depend on whether its models were in the cache
+            with patch.object(gguf_utils, "tqdm", quiet), _gguf_parsed_once(), torch.random.fork_rng():
                 hf = AutoModelForCausalLM.from_pretrained(
                     path.parent, gguf_file=path.name, dtype=torch.float32
                 )
@@ -206,7 +208,8 @@ def _load_gguf(path: Path, cache_name: str | None = None, label: str | None = No
                 str(path), f"transformers cannot read this GGUF file: {str(error)[:160]}"
             ) from None
         build = {"seconds": time.perf_counter() - started, "gguf_sha256_16": source_hash or file_hash(path)}
-        save_converted(from_hf(hf), tokenizer, target, build=build)
+        with torch.random.fork_rng():  # from_hf builds a model, with a random init it then overwrites
+            save_converted(from_hf(hf), tokenizer, target, build=build)
     build_file = target / "build.json"
     build = json.loads(build_file.read_text()) if build_file.exists() else {}  # older caches have none
     record_build(label or f"{path.name}, dequantised", build.get("seconds"), built_now)
