@@ -185,37 +185,38 @@ def _load_gguf(path: Path, cache_name: str | None = None, label: str | None = No
     target = cache_dir() / "models" / (cache_name or f"gguf-{path.stem}-{source_hash}")
     built_now = not (target / "model.safetensors").exists()
     if built_now:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        started = time.perf_counter()
-        message = f"dequantising {path.name} once into {target}"
-        print(f"resid: {message}", flush=True)
-        note(message)
-        from transformers import modeling_gguf_pytorch_utils as gguf_utils
-
-        # its tensor-by-tensor bar would land in a chapter's stderr; the note above tells the terminal
-        quiet = functools.partial(gguf_utils.tqdm, disable=True)
-        try:
-            # fork_rng: building a model draws its random initialisation from the global generator,
-            # and a chapter's later draws must not depend on whether its models were in the cache
-            with patch.object(gguf_utils, "tqdm", quiet), _gguf_parsed_once(), torch.random.fork_rng():
-                hf = AutoModelForCausalLM.from_pretrained(
-                    path.parent, gguf_file=path.name, dtype=torch.float32
-                )
-                tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        except (OSError, ValueError) as error:
-            raise _unknown(
-                str(path), f"transformers cannot read this GGUF file: {str(error)[:160]}"
-            ) from None
-        build = {"seconds": time.perf_counter() - started, "gguf_sha256_16": source_hash or file_hash(path)}
-        with torch.random.fork_rng():  # from_hf builds a model, with a random init it then overwrites
-            save_converted(from_hf(hf), tokenizer, target, build=build)
+        # building a model draws its random initialisation from the global generator (twice: the
+        # transformers model, then ours); a chapter's later draws must not depend on the cache
+        with torch.random.fork_rng():
+            _convert_gguf(path, target, source_hash)
     build_file = target / "build.json"
     build = json.loads(build_file.read_text()) if build_file.exists() else {}  # older caches have none
     record_build(label or f"{path.name}, dequantised", build.get("seconds"), built_now)
     if "gguf_sha256_16" in build:
         record_input(f"model file {path.name}", build["gguf_sha256_16"])
     return load_converted(target)
+
+
+def _convert_gguf(path: Path, target: Path, source_hash: str | None) -> None:
+    """Dequantise a GGUF file into ``target`` as fp32 safetensors, with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    message = f"dequantising {path.name} once into {target}"
+    print(f"resid: {message}", flush=True)
+    note(message)
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    # its tensor-by-tensor bar would land in a chapter's stderr; the note above tells the terminal
+    quiet = functools.partial(gguf_utils.tqdm, disable=True)
+    try:
+        with patch.object(gguf_utils, "tqdm", quiet), _gguf_parsed_once():
+            hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except (OSError, ValueError) as error:
+        raise _unknown(str(path), f"transformers cannot read this GGUF file: {str(error)[:160]}") from None
+    build = {"seconds": time.perf_counter() - started, "gguf_sha256_16": source_hash or file_hash(path)}
+    save_converted(from_hf(hf), tokenizer, target, build=build)
 
 
 @contextlib.contextmanager
