@@ -6,10 +6,13 @@ this CPU: above 1 where it has bf16 matrix units (AMX on recent Xeons), far belo
 AVX2-only CPU, where the painters chapter runs faster with ``P="dtype=float32"``. Last, for
 SmolLM2 and Gemma-3-270M (a 262,144-token vocabulary), a last-position readout with
 ``logits_to_keep=1`` against the whole pass's logits, and an OV circuit on 1,000 tokens with
-the unembedding's rows chosen before the product against the vocabulary's logits sliced after.
+the unembedding's rows chosen before the product against the vocabulary's logits sliced after;
+and the vocabulary's mean and spread of a layer's neuron logits (what class scores standardise
+by) from the unembedding's moments against computing those logits.
 """
 
 import importlib.util
+import time
 from pathlib import Path
 
 import torch
@@ -17,6 +20,7 @@ from timing import best_time
 from transformers import AutoModelForCausalLM
 
 import resid
+from resid.basis import write
 from resid.loaders import SMOLLM2_GGUF
 
 
@@ -58,6 +62,21 @@ def last_position_readouts(name: str) -> None:
           f"{t_all / t_last:.2f}x the whole pass's logits")  # fmt: skip
     print(f"{name}: 1,000 tokens' direction logits, the unembedding's rows chosen first: "
           f"{t_sliced / t_chosen:.0f}x the vocabulary's sliced")  # fmt: skip
+    # every neuron of every layer ([layer, d_mlp, d_model]), as neurons.class_scores reads them: the
+    # vocabulary's logits per layer (timed once: half a minute for SmolLM2) against its moments once
+    values = torch.stack([write(b.mlp.W_out.weight.T, b.R_mlp_out) for b in model.blocks])
+
+    def from_logits() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(logits.mean(1), logits.std(1)) for logits in map(model.direction_logits, values)]
+
+    with torch.no_grad():
+        started = time.perf_counter()
+        from_logits()
+        t_vocab = time.perf_counter() - started
+        t_spread = best_time(lambda: model.direction_logit_spread(values))
+    layers = values.shape[0]
+    print(f"{name}: the vocabulary's mean and spread of every neuron's value logits ({layers} layers), "
+          f"from the unembedding's moments: {t_vocab / t_spread:.0f}x computing the logits")  # fmt: skip
 
 
 if __name__ == "__main__":

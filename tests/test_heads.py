@@ -118,6 +118,19 @@ def test_a_few_tokens_direction_logits_are_those_columns_of_the_whole_vocabulary
     assert model.direction_logits(written, ids).shape == (3, 5, 4)
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_direction_logit_spread_is_the_mean_and_std_of_the_whole_vocabularys_logits(family):
+    """From the unembedding's moments, through each family's final norm (LayerNorm's centring
+    included): what class scores standardise by, without the vocabulary's logits."""
+    model = random_model(FAMILIES[family])
+    written = torch.randn(3, 5, model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    logits = model.direction_logits(written).double()  # [3, 5, vocab]
+    mean, std = model.direction_logit_spread(written)
+    assert mean.shape == std.shape == (3, 5)
+    torch.testing.assert_close(mean.double(), logits.mean(-1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(std.double(), logits.std(-1), rtol=1e-5, atol=1e-6)
+
+
 def test_a_neuron_that_writes_minus_what_it_reads_has_cosine_minus_one():
     torch.manual_seed(0)
     model = Transformer(Config(d_model=16, n_layers=1, n_heads=2, d_mlp=8, n_ctx=8, norm="basisfree")).eval()

@@ -564,10 +564,29 @@ class Transformer(nn.Module):
         ``[..., len(token_ids)]``, the unembedding's rows chosen before the product rather than
         the whole vocabulary's logits sliced after it: the same numbers for a fraction of the
         work where the vocabulary is large."""
+        unembed = self.unembed.weight if token_ids is None else self.unembed.weight[token_ids]
+        return F.linear(self._direction_read(x), unembed)
+
+    def direction_logit_spread(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The mean and standard deviation over the whole vocabulary of ``direction_logits(x)``,
+        ``([...], [...])`` in fp32, without computing those logits: a write's logits are linear
+        in it, so their mean is its read-out against the unembedding's mean row and their
+        variance its quadratic form with the rows' covariance (``Tensor.std``'s unbiased one),
+        both formed once per call in float64. ``[n, d_model]`` writes then cost ``n d_model^2``
+        instead of ``n vocab d_model``: for every neuron of a layer, 85x less work in SmolLM2."""
+        rows = self.unembed.weight.double()  # [vocab, d_model]
+        mean_row = rows.mean(0)
+        centred = rows - mean_row
+        covariance = centred.T @ centred / (len(rows) - 1)  # [d_model, d_model]
+        h = self._direction_read(x).double()  # [..., d_model]
+        variance = ((h @ covariance) * h).sum(-1).clamp_min(0)
+        return (h @ mean_row).float(), variance.sqrt().float()
+
+    def _direction_read(self, x: Tensor) -> Tensor:
+        # the write as the unembedding reads it: the final norm's gain, not its scale
         if self.ln_final is not None:
             x = self.ln_final.linear(x, 1.0)
-        unembed = self.unembed.weight if token_ids is None else self.unembed.weight[token_ids]
-        return F.linear(read(x, self.R_unembed), unembed)
+        return read(x, self.R_unembed)
 
     # --- per-head weights in the residual basis, shaped as TransformerLens shapes them ---
 

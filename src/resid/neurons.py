@@ -181,13 +181,18 @@ def neuron_effects(
 @torch.no_grad()
 def class_scores(model: Transformer, classes: dict[str, Tensor]) -> dict[str, Tensor]:
     """``class_promotion`` of every neuron of every layer for each class of token ids:
-    ``{class: [layer, neuron]}`` (one pass through the unembedding per layer for all classes)."""
+    ``{class: [layer, neuron]}``. Each value vector's logits are computed for the classes' tokens
+    only; its mean and spread over the vocabulary come from the unembedding's moments
+    (``Transformer.direction_logit_spread``), equal to ``standardised_value_logits``' to about
+    1e-6 of a standard deviation, without the vocabulary's logits of every neuron."""
     every = torch.cat(list(classes.values()))
-    per_layer = []
-    for layer in range(model.cfg.n_layers):
-        z = standardised_value_logits(model, layer, every)  # [neuron, token]
-        per_layer.append(z.split([len(ids) for ids in classes.values()], dim=1))
-    return {name: torch.stack([parts[i].mean(1) for parts in per_layer]) for i, name in enumerate(classes)}
+    values = torch.stack([  # [layer, d_mlp, d_model]: what each neuron writes per unit
+        write(block.mlp.W_out.weight.T, block.R_mlp_out) for block in model.blocks
+    ])  # fmt: skip
+    mean, std = model.direction_logit_spread(values)  # [layer, d_mlp] each
+    z = (model.direction_logits(values, every).float() - mean[..., None]) / std[..., None]
+    parts = z.split([len(ids) for ids in classes.values()], dim=-1)  # [layer, neuron, token] each
+    return {name: part.mean(-1) for name, part in zip(classes, parts, strict=True)}
 
 
 @torch.no_grad()
