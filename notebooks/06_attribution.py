@@ -85,8 +85,8 @@ ledger = book.start_chapter("attribution", seed)  # criteria, claims and checks;
 # captum's gradient methods warn that an input did not ask for gradients: they set it themselves
 warnings.filterwarnings("ignore", message="Input Tensor 0 did not already require gradients")
 if quick:
-    n_ioi, n_attribution, ig_steps, ig_convergence_steps, smoothgrad_samples = 24, 3, 16, (16, 64), 4
-    n_deletion, n_new_ioi, n_new_ioi_second = 5, 4, 6  # two prompts per behaviour beyond the attributed ones
+    n_ioi, n_attribution, ig_steps, ig_convergence_steps, smoothgrad_samples = 24, 3, 8, (8, 32), 2
+    n_deletion, n_new_ioi, n_new_ioi_second = 5, 3, 6  # two prompts per behaviour beyond the attributed ones
 model = resid.load(model_name)
 tokenizer = model.tokenizer
 print(f"{model_name}: {model.cfg.n_layers} layers × {model.cfg.n_heads} heads, d_model {model.cfg.d_model}")
