@@ -74,7 +74,7 @@ from resid.cache import Head
 
 ledger = book.start_chapter("patching", seed)  # criteria, claims and checks; theme and seed
 if quick:
-    n_prompts, n_exact_edges, n_second, fresh_seeds = 4, 8, 6, (301, 302)
+    n_prompts, n_exact_edges, n_second, fresh_seeds = 3, 8, 4, (301, 302)
 model = resid.load(model_name)
 tokenizer = model.tokenizer
 
