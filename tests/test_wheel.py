@@ -1,9 +1,17 @@
-"""resid installs from its wheel into a fresh virtualenv, offline, from the package index the
-project installs from, and a handout runs there, outside the repository, up to its first exercise."""
+"""resid installs from its wheel into a fresh virtualenv and a handout runs there, outside the
+repository, up to its first exercise.
+
+The virtualenv sees the distributions this one has installed (links to them, resid's own left out)
+rather than downloading and unpacking its pinned dependencies again: `make setup` has just
+installed those same pins from requirements.txt, which is also where the wheel's requirements come
+from. pip still resolves the wheel's requirements against what it finds, so a requirement the
+environment lacks, or a file the wheel forgets, fails here."""
 
 import os
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -11,15 +19,30 @@ import pytest
 from resid import book
 
 
+def installed_without_resid(folder: Path) -> Path:
+    """``folder`` holding a link to every entry of this environment's site-packages but resid's
+    own (its dist-info, and the editable install's path file, which would put src/ on the path)."""
+    folder.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name.startswith(("resid", "__editable__.resid")) or entry.suffix == ".pth":
+            continue
+        (folder / entry.name).symlink_to(entry)
+    return folder
+
+
 @pytest.mark.slow
 def test_a_handout_runs_from_the_wheel_in_a_fresh_virtualenv(tmp_path):
     wheel = book.build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    where_packages = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site_packages = subprocess.run([python, "-c", where_packages], capture_output=True, text=True,
+                                   check=True).stdout.strip()  # fmt: skip
+    (Path(site_packages) / "installed.pth").write_text(f"{installed_without_resid(tmp_path / 'installed')}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "RESID_RECORDS")}
-    install = subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], env=env, capture_output=True,
-                             text=True)  # fmt: skip
+    install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", str(wheel)], env=env,
+                             capture_output=True, text=True)  # fmt: skip
     assert install.returncode == 0, install.stderr[-3000:]
 
     notebook = book.handout("adam")  # a trained chapter: it reads the criteria and records in the wheel
