@@ -368,3 +368,36 @@ def test_a_conversion_another_process_finished_first_is_kept_and_no_staging_is_l
     (target / "model.safetensors").unlink()  # an incomplete entry is replaced
     loaders.save_converted(model, tokenizer, target)
     assert loaders.load_converted(target).cfg == model.cfg
+
+
+def test_two_loads_of_one_unconverted_model_at_once_convert_it_once(tmp_path, monkeypatch):
+    # the tests' quick book runs two chapters at a time: the second to need a model waits for the
+    # first's conversion instead of repeating it (a minute for Gemma-3-270M)
+    import threading
+    import time
+
+    from resid import loaders
+
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path))
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"gguf")
+    conversions = []
+
+    def slow_conversion(path, target, source_hash):
+        conversions.append(target)
+        time.sleep(0.5)  # long enough for the other load to arrive while this one converts
+        target.mkdir(parents=True)
+        (target / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(loaders, "_convert_gguf", slow_conversion)
+    monkeypatch.setattr(loaders, "load_converted", lambda target: target)
+    loaded = []
+    def load() -> None:
+        loaded.append(loaders._load_gguf(source, "tiny"))
+
+    loads = [threading.Thread(target=load) for _ in range(2)]
+    for thread in loads:
+        thread.start()
+    for thread in loads:
+        thread.join()
+    assert len(conversions) == 1 and loaded == [tmp_path / "models" / "tiny"] * 2

@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from unittest.mock import patch
@@ -183,18 +184,37 @@ def _load_gguf(path: Path, cache_name: str | None = None, label: str | None = No
         raise _unknown(str(path), "no such file")
     source_hash = file_hash(path) if cache_name is None else None
     target = cache_dir() / "models" / (cache_name or f"gguf-{path.stem}-{source_hash}")
-    built_now = not (target / "model.safetensors").exists()
-    if built_now:
-        # building a model draws its random initialisation from the global generator (twice: the
-        # transformers model, then ours); a chapter's later draws must not depend on the cache
-        with torch.random.fork_rng():
-            _convert_gguf(path, target, source_hash)
+    built_now = False
+    if not (target / "model.safetensors").exists():
+        with _converting(target):  # a process converting it already: wait for its conversion
+            built_now = not (target / "model.safetensors").exists()
+            if built_now:
+                # building a model draws its random initialisation from the global generator (twice:
+                # the transformers model, then ours); a chapter's later draws must not depend on the cache
+                with torch.random.fork_rng():
+                    _convert_gguf(path, target, source_hash)
     build_file = target / "build.json"
     build = json.loads(build_file.read_text()) if build_file.exists() else {}  # older caches have none
     record_build(label or f"{path.name}, dequantised", build.get("seconds"), built_now)
     if "gguf_sha256_16" in build:
         record_input(f"model file {path.name}", build["gguf_sha256_16"])
     return load_converted(target)
+
+
+@contextlib.contextmanager
+def _converting(target: Path) -> Iterator[None]:
+    """Hold ``target``'s conversion lock: chapters run side by side (the tests' quick book) that
+    need one model convert it once, the others waiting for it instead of repeating the work. The
+    lock is the operating system's on an open file, so a killed process leaves none behind."""
+    import fcntl
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _convert_gguf(path: Path, target: Path, source_hash: str | None) -> None:
