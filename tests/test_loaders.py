@@ -392,6 +392,7 @@ def test_two_loads_of_one_unconverted_model_at_once_convert_it_once(tmp_path, mo
     monkeypatch.setattr(loaders, "_convert_gguf", slow_conversion)
     monkeypatch.setattr(loaders, "load_converted", lambda target: target)
     loaded = []
+
     def load() -> None:
         loaded.append(loaders._load_gguf(source, "tiny"))
 
