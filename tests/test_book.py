@@ -679,6 +679,27 @@ def test_the_replication_queue_trains_the_three_norms_on_seeds_no_chapter_used(c
     assert "replication: 15 runs, 15 without a record" in out and "2.5 h" in out
 
 
+def test_the_rotations_confirmatory_queue_trains_every_variant_on_seeds_no_chapter_used(
+    capsys, tmp_path, monkeypatch
+):
+    from resid import experiments, records
+
+    jobs = experiments.rotations_fresh_design()
+    names = ("basisfree", "shared rotation", "independent rotations")
+    order = (("float32", names[:2]), ("float32", names[2:]), ("bfloat16", names[:2]))
+    assert [(part, name, seed) for part, name, _, seed, _ in jobs] == [
+        (part, name, seed) for part, group in order for name in group for seed in range(501, 506)
+    ]
+    used = {cfg.key() for design in (experiments.adam_design, experiments.replication_design,
+                                     experiments.rotations_design) for *_, cfg in design()}  # fmt: skip
+    assert not used & {cfg.key() for *_, cfg in jobs} and len({cfg.key() for *_, cfg in jobs}) == 25
+    assert experiments.MEASUREMENTS["rotations-fresh"] is experiments.rotations_measurements
+    monkeypatch.setenv(records.ENV, str(tmp_path))  # an empty records folder: every run is missing
+    monkeypatch.setattr("resid.train.estimated_seconds", lambda cfg: 360.0)
+    experiments.main(["queue", "rotations-fresh", "--estimate"])
+    assert "rotations-fresh: 25 runs, 25 without a record" in capsys.readouterr().out
+
+
 def test_the_rotations_queue_trains_new_runs_first_and_retrains_those_whose_weights_it_needs(
     capsys, tmp_path, monkeypatch
 ):

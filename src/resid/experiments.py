@@ -386,12 +386,30 @@ def rotations_measurements(cfg: TrainConfig) -> None:
         measure(cfg, rotations, tokens=tokens, n_rotations=5)
 
 
-QUEUES = {"adam": adam_design, "replication": replication_design, "rotations": rotations_design}
-MEASUREMENTS = {"rotations": rotations_measurements}  # taken as each run of the queue finishes
+# The Rotations chapter's confirmatory round (criteria in notebooks/drafts/criteria/rotations.toml,
+# committed before any of these runs): its variants again on seeds no run of the book had used.
+ROTATION_FRESH_SEEDS = (501, 502, 503, 504, 505)
+
+
+def rotations_fresh_design(base: TrainConfig = REGIME) -> list[tuple[str, str, float, int, TrainConfig]]:
+    """Every run of the Rotations chapter's confirmatory round, as ``rotations_design``'s rows:
+    the basis-free and shared-rotation models first (the round's headline comparisons), then the
+    independent rotations, then both first two again trained in bfloat16, so that a queue stopped
+    part-way has whole sets of five seeds for the earliest claims."""
+    parts = (("float32", ("basisfree", "shared rotation")), ("float32", ("independent rotations",)),
+             ("bfloat16", ("basisfree", "shared rotation")))  # fmt: skip
+    return [(precision, name, base.lr, s, variant(name, s, replace(base, precision=precision)))
+            for precision, names in parts for name in names for s in ROTATION_FRESH_SEEDS]  # fmt: skip
+
+
+QUEUES = {"adam": adam_design, "replication": replication_design, "rotations": rotations_design,
+          "rotations-fresh": rotations_fresh_design}  # fmt: skip
+# taken as each run of the queue finishes
+MEASUREMENTS = {"rotations": rotations_measurements, "rotations-fresh": rotations_measurements}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m resid.experiments queue adam|replication|rotations [--workers N] [--estimate]``: train a
+    """``python -m resid.experiments queue <design> [--workers N] [--estimate]``: train a
     design's runs ahead of executing the chapter that reads them, N at a time, their records
     written into ``book/runs`` (or ``$RESID_RECORDS``); ``--estimate`` only says how many are
     missing and what they would take here. On a GPU machine the workers share the GPU."""
