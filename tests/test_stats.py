@@ -137,6 +137,52 @@ def test_heaviest_reads_each_run_at_one_tensor_against_that_tensors_own_control(
     assert table["mlp-in rotated mean"].isna().tolist() == [False] * 3 + [True]
 
 
+def test_rotation_claims_pair_by_seed_and_leave_a_ratio_with_a_non_positive_denominator_unmeasured():
+    import numpy as np
+    import pandas as pd
+
+    from resid import experiments
+
+    seeds = (7, 8)
+
+    def analysis(rows: dict) -> pd.DataFrame:
+        """(variant, seed) -> (residual excess at boundary 1, MLP-input excess in block 0), controls 3."""
+        table = []
+        for (name, s), (residual, mlp_in) in rows.items():
+            table += [{"variant": name, "seed": s, "layer": 0, "kurtosis": 99.0, "rotated mean": 3.0,
+                       "mlp-in kurtosis": 3 + mlp_in, "mlp-in rotated mean": 3.0},
+                      {"variant": name, "seed": s, "layer": 1, "kurtosis": 3 + residual, "rotated mean": 3.0,
+                       "mlp-in kurtosis": np.nan, "mlp-in rotated mean": np.nan}]  # fmt: skip
+        return pd.DataFrame(table)
+
+    names = ("basisfree", "shared rotation", "independent rotations")
+    excess = {("basisfree", 7): (8.0, 4.0), ("basisfree", 8): (6.0, -1.0), ("shared rotation", 7): (0.5, 2.0),
+              ("shared rotation", 8): (0.1, 3.0), ("independent rotations", 7): (0.2, 1.0),
+              ("independent rotations", 8): (0.3, 0.6)}  # fmt: skip
+    finals = pd.DataFrame([{"variant": n, "seed": s, "val loss": 1.0 + 0.1 * i + 0.01 * s}
+                           for i, n in enumerate(names) for s in seeds])  # fmt: skip
+    finals16 = finals[finals.variant != "independent rotations"].copy()
+    finals16["val loss"] += 1
+    excess16 = {("basisfree", 7): (16.0, 0.0), ("basisfree", 8): (3.0, 0.0),
+                ("shared rotation", 7): (0.4, 0.0), ("shared rotation", 8): (0.2, 0.0)}  # fmt: skip
+    invariance = pd.DataFrame([{"seed": s, "precision": p, "rotation": r, "Δloss": s * (r + 1) * scale}
+                               for s in seeds for p, scale in (("bfloat16", 1e-3), ("float16", 1e-4))
+                               for r in range(2)])  # fmt: skip
+    tables = (finals, analysis(excess), finals16, analysis(excess16), invariance)
+    got = experiments.rotation_claims(seeds, *tables)
+    expected = {
+        "trains_as_well_shared": [0.1, 0.1], "trains_as_well_independent": [0.2, 0.2],
+        "residual_shared": [0.5, 0.1], "residual_independent": [0.2, 0.3],
+        "computation_basis_shared": [np.log2(2 / 4), np.nan],  # the baseline's excess -1: not measured
+        "independent_weaker": [1 / 2, 0.6 / 3], "bf16_rotation": [7 * 1.5e-3, 8 * 1.5e-3],
+        "fp16_rotation": [7 * 1.5e-4, 8 * 1.5e-4], "bf16_training_rotation": [0.1, 0.1],
+        "bf16_training_residual": [0.4, 0.2], "bf16_training_tails": [np.log2(16 / 8), np.log2(3 / 6)],
+    }  # fmt: skip
+    assert set(got) == set(expected)
+    for key, values in expected.items():
+        np.testing.assert_allclose(got[key][0], values, rtol=1e-9, err_msg=key)
+
+
 def test_a_ratio_bootstrap_over_a_map_gives_each_cell_its_own_ratio_interval():
     generator = torch.Generator().manual_seed(0)
     numerator = torch.randn(30, 2, 3, generator=generator) + 2

@@ -326,6 +326,58 @@ def compare_variants(
     return pd.DataFrame(curves), pd.DataFrame(finals), pd.concat(analyses, ignore_index=True)
 
 
+def rotation_claims(
+    seeds: tuple[int, ...], finals: pd.DataFrame, analysis: pd.DataFrame, finals16: pd.DataFrame,
+    analysis16: pd.DataFrame, invariance: pd.DataFrame,
+) -> dict[str, tuple[np.ndarray, str]]:  # fmt: skip
+    """Per seed, what each of the Rotations chapter's claims measures: ``{claim id: (one value
+    per seed in ``seeds``' order, what the values are)}``, from ``compare_variants``' final losses
+    and analyses in float32 (basis-free, shared and independent rotations) and bfloat16 training
+    (basis-free, shared rotation), and ``rotation_invariance``'s table with a ``seed`` column.
+    Differences are paired by seed; a ratio whose denominator is not positive in a seed is NaN
+    there (not measured), and so is its log2."""
+
+    def per_seed(table: pd.DataFrame, column: str, name: str) -> np.ndarray:
+        return table.set_index(["variant", "seed"])[column].loc[name].loc[list(seeds)].to_numpy(dtype=float)
+
+    def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+        return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1.0), np.nan)
+
+    def log2(values: np.ndarray) -> np.ndarray:
+        return np.log2(np.where(values > 0, values, np.nan))
+
+    def rotation_change(precision: str) -> np.ndarray:  # averaged over the rotations
+        changes = invariance[invariance.precision == precision].groupby("seed")["Δloss"].mean()
+        return changes.loc[list(seeds)].to_numpy(dtype=float)
+
+    residual, computation = heaviest(analysis, "residual"), heaviest(analysis, "mlp-in")
+    residual16 = heaviest(analysis16, "residual")
+
+    def loss(name: str, table: pd.DataFrame = finals) -> np.ndarray:
+        return per_seed(table, "val loss", name)
+
+    def loss16(name: str) -> np.ndarray:
+        return loss(name, finals16)
+
+    mlp_in = {name: per_seed(computation, "excess", name) for name in set(computation["variant"])}
+    basis_free = per_seed(residual, "excess", "basisfree")
+    bf16_over_fp32 = ratio(per_seed(residual16, "excess", "basisfree"), basis_free)
+    shared_over_baseline = ratio(mlp_in["shared rotation"], mlp_in["basisfree"])
+    return {
+        "trains_as_well_shared": (loss("shared rotation") - loss("basisfree"), "Δ loss"),
+        "trains_as_well_independent": (loss("independent rotations") - loss("basisfree"), "Δ loss"),
+        "residual_shared": (per_seed(residual, "excess", "shared rotation"), "excess"),
+        "residual_independent": (per_seed(residual, "excess", "independent rotations"), "excess"),
+        "computation_basis_shared": (log2(shared_over_baseline), "log2 ratio"),
+        "independent_weaker": (ratio(mlp_in["independent rotations"], mlp_in["shared rotation"]), "ratio"),
+        "bf16_rotation": (rotation_change("bfloat16"), "Δ loss"),
+        "fp16_rotation": (rotation_change("float16"), "Δ loss"),
+        "bf16_training_rotation": (loss16("shared rotation") - loss16("basisfree"), "Δ loss"),
+        "bf16_training_residual": (per_seed(residual16, "excess", "shared rotation"), "excess"),
+        "bf16_training_tails": (log2(bf16_over_fp32), "log2 ratio"),
+    }
+
+
 def quick_config(cfg: TrainConfig) -> TrainConfig:
     """For a chapter's quick (CI) mode: a few steps of a tiny model, every code path, none of
     the conclusions."""
