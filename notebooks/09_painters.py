@@ -31,6 +31,8 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
+#
+# **Result:** {glue:md}`chapter_result`
 # :::
 #
 # **The claim.** {cite:t}`sun2024painters`, *Transformer Layers as Painters*, picture

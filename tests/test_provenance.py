@@ -89,6 +89,40 @@ def test_the_opening_box_result_gives_the_headline_then_every_verdict_counted():
     assert book.verdict_summary([], "") == ""
 
 
+def test_a_claim_named_a_repeat_after_its_chapter_ran_leaves_the_opening_box_by_the_next_build(tmp_path):
+    import json
+
+    import nbformat
+
+    rows = [{"id": "a", "verdict": "reproduced"}, {"id": "b", "verdict": "reproduced"}]
+    glued = "The basis is privileged. " + book.verdict_summary(rows)  # as the chapter glued it
+    output = nbformat.v4.new_output("display_data", data={book.RESULT_MIME: glued},
+                                    metadata={"scrapbook": {"name": book.RESULT_GLUE}})  # fmt: skip
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("save_results()", outputs=[output])])
+    nbformat.write(notebook, tmp_path / "outliers.ipynb")
+    (tmp_path / "outliers.json").write_text(json.dumps({"chapter": "outliers", "claims": rows}))
+
+    def result() -> str:
+        return (
+            nbformat.read(tmp_path / "outliers.ipynb", as_version=4)
+            .cells[0]
+            .outputs[0]
+            .data[book.RESULT_MIME]
+        )
+
+    assert not book.refresh_result("outliers", tmp_path, repeats={})  # nothing named since: untouched
+    repeats = {"b": {"same_as": "a", "why": "the same number"}}
+    assert book.refresh_result("outliers", tmp_path, repeats=repeats)
+    assert result() == "The basis is privileged. " + book.verdict_summary(rows, "", repeats)  # headline kept
+    # a chapter executed since keeps its headline in its JSON, which then wins over the glued text
+    (tmp_path / "outliers.json").write_text(
+        json.dumps({"chapter": "outliers", "claims": rows, "headline": ""})
+    )
+    assert book.refresh_result("outliers", tmp_path, repeats=repeats) and result() == book.verdict_summary(
+        rows, "", repeats
+    )
+
+
 def test_the_opening_box_does_not_count_a_claim_that_repeats_another():
     rows = [{"id": "a", "verdict": "reproduced"}, {"id": "b", "verdict": "reproduced"},
             {"id": "c", "verdict": "not reproduced"}]  # fmt: skip

@@ -231,6 +231,46 @@ def verdict_summary(claim_rows: list[dict], headline: str = "", repeats: dict | 
     return " ".join(part for part in (headline.strip(), judged) if part)
 
 
+RESULT_GLUE = "chapter_result"
+RESULT_MIME = "application/papermill.record/text/markdown"
+
+
+def refresh_result(name: str, out_dir: Path = CHAPTERS_OUT, repeats: dict | None = None) -> bool:
+    """Re-state an executed chapter's result (the ``chapter_result`` its opening box shows) from
+    its results JSON and today's ``notebooks/repeats.toml``, so that its verdict counts never
+    disagree with the results page when a claim is named a repeat after the chapter ran. The
+    headline is the one the chapter computed (kept in its JSON, or for a chapter executed before
+    that, read off the glued text). Executes nothing; True if the notebook changed."""
+    import re
+
+    import nbformat
+
+    path, results_path = out_dir / f"{name}.ipynb", out_dir / f"{name}.json"
+    if not (path.exists() and results_path.exists()):
+        return False
+    results = json.loads(results_path.read_text())
+    repeats = claims.load_repeats().get(name, {}) if repeats is None else repeats
+    notebook = nbformat.read(path, as_version=4)
+    changed = False
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            glued = output.get("metadata", {}).get("scrapbook", {}).get("name") == RESULT_GLUE
+            if not glued or RESULT_MIME not in output.get("data", {}):
+                continue
+            text = output["data"][RESULT_MIME]
+            headline = results.get("headline")
+            if headline is None:  # executed before the JSON kept it: the text before its counts
+                counts = re.search(r"\d+ claims? judged against their criteria:", text)
+                headline = text[: counts.start()] if counts else text
+            restated = verdict_summary(results.get("claims", []), headline, repeats)
+            if restated != text:
+                output["data"][RESULT_MIME] = restated
+                changed = True
+    if changed:
+        nbformat.write(notebook, path)
+    return changed
+
+
 def save_results(results: dict, rerun: dict | None = None, headline: str = "") -> None:
     """Write a chapter's key numbers next to its executed notebook, as ``<chapter>.json`` (the
     runner executes chapters in their output directory), with what a reader needs to rerun it.
@@ -248,7 +288,7 @@ def save_results(results: dict, rerun: dict | None = None, headline: str = "") -
     rerun = ({"quick": True} if results.get("quick") else {}) | (rerun or {})
     command = rerun_command(results["chapter"], rerun)
     execution = json.loads(os.environ.get(EXECUTION_ENV, "null"))  # set by run_chapter
-    results = results | {"rerun": {"command": command, "parameters": rerun, **times},
+    results = results | {"rerun": {"command": command, "parameters": rerun, **times}, "headline": headline,
                          "environment": provenance.environment(), "execution": execution}  # fmt: skip
     with open(f"{results['chapter']}.json", "w") as f:
         json.dump(results, f, indent=1, default=str)
@@ -267,7 +307,7 @@ def save_results(results: dict, rerun: dict | None = None, headline: str = "") -
     glue("trained_on", provenance.built_on(times), display=False)
     repeats = claims.load_repeats().get(results["chapter"], {})  # shown in the tables, not counted
     result = verdict_summary(results.get("claims", []), headline, repeats)
-    glue("chapter_result", Markdown(result), display=False)
+    glue(RESULT_GLUE, Markdown(result), display=False)
     print(f"chapter computed in {results['seconds']:.0f} s")
 
 
@@ -354,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             for row in rows:
                 if row.state == "fresh" and refresh_narrative(row.name):
                     print(f"[resid] chapter {row.name}: narrative copied from its source (nothing executed)")
+                if row.state == "fresh" and refresh_result(row.name):
+                    print(f"[resid] chapter {row.name}: result re-stated from its JSON and repeats.toml")
             if not todo:
                 print("[resid] every chapter is fresh: nothing to execute")
             elif args.no_execute:
