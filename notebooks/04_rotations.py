@@ -543,10 +543,11 @@ ledger.checks_table()
 
 # %% [markdown]
 # (claims-rotations)=
-# ## The paper's claims, judged against their pre-registered criteria
+# ## The paper's claims, judged against their criteria
 #
-# Each row: the claim, the paper's wording, our estimate with its 95% t-interval over seeds,
-# the criterion written before the runs were analysed, and the verdict. Ratios are taken seed
+# Each row: the claim, the paper's wording, our estimate with its 95% t-interval over seeds, the
+# criterion, and the verdict. The criteria were written after the chapter had shown some of their
+# numbers (exploratory verdicts; the opening box says what had been seen). Ratios are taken seed
 # by seed; one whose denominator is not positive is not measured, and its claim is inconclusive.
 
 # %%

@@ -844,10 +844,11 @@ confirmatory |= {
 # ## The paper's answers, and ours
 #
 # Each row: the paper's claim and figure, our estimate with its 95% bootstrap interval (over
-# items, or over windows where the row says so), the criterion written before this execution
-# (`notebooks/criteria/painters.toml`), and the verdict; an interval that straddles its
-# threshold is inconclusive. The chapter's checks, identities that cannot fail except through a
-# bug, follow apart.
+# items, or over windows where the row says so), the criterion (`notebooks/criteria/painters.toml`),
+# and the verdict; an interval that straddles its threshold is inconclusive. The first round's
+# criteria were written after earlier executions had shown their numbers (exploratory); the
+# confirmatory round's were committed before its code and any of its measurements. The
+# chapter's checks, identities that cannot fail except through a bug, follow apart.
 
 # %%
 reordering = ["reverse", "random order", "parallel", "looped parallel"]
