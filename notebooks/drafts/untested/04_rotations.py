@@ -572,9 +572,9 @@ fresh_measured = experiments.rotation_claims(
     fresh_seeds, fresh_finals, fresh_analysis, fresh_finals16, fresh_analysis16, fresh_invariance
 )
 first_measured = experiments.rotation_claims(seeds, finals, analysis, finals16, analysis16, invariance)
-rounds = pd.DataFrame([
-    {"claim": key, "what": what, f"seeds {seeds[0]}-{seeds[-1]}": np.nanmean(first_measured[key][0]),
-     f"seeds {fresh_seeds[0]}-{fresh_seeds[-1]}": np.nanmean(values)}
+rounds = pd.DataFrame([  # the mean over the seeds that have a value (pandas: no warning when none has)
+    {"claim": key, "what": what, f"seeds {seeds[0]}-{seeds[-1]}": pd.Series(first_measured[key][0]).mean(),
+     f"seeds {fresh_seeds[0]}-{fresh_seeds[-1]}": pd.Series(values).mean()}
     for key, (values, what) in fresh_measured.items()
 ])  # fmt: skip
 display(rounds.style.format(precision=3).hide(axis="index"))
