@@ -517,7 +517,6 @@ plt.show()
 # %%
 loss_by_run = finals.set_index(["variant", "seed"])["val loss"]
 loss16_by_run = finals16.set_index(["variant", "seed"])["val loss"]
-residual16_by_run = residual16.set_index(["variant", "seed"])["excess"]
 bf16_summary = pd.DataFrame({
     "held-out loss [95% CI]": finals16.groupby("variant")["val loss"].agg(claims.t_interval_text),
     "residual excess [95% CI]": residual16.groupby("variant")["excess"].agg(claims.t_interval_text),
@@ -551,46 +550,8 @@ ledger.checks_table()
 # by seed; one whose denominator is not positive is not measured, and its claim is inconclusive.
 
 # %%
-residual_by_run = residual.set_index(["variant", "seed"])["excess"]
-computation_by_run = computation.set_index(["variant", "seed"])["excess"]
-
-
-def per_seed(by_run: pd.Series, name: str) -> np.ndarray:
-    return by_run.loc[name].loc[list(seeds)].to_numpy()
-
-
-def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1.0), np.nan)
-
-
-def rotation_change(precision: str) -> np.ndarray:
-    """Per seed: the loss change under rotation in ``precision``, averaged over rotations."""
-    changes = invariance[invariance.precision == precision].groupby("seed")["Δloss"].mean()
-    return changes.loc[list(seeds)].to_numpy()
-
-
-mlp_in_excess = {name: per_seed(computation_by_run, name) for name in names}
-shared_over_baseline = ratio(mlp_in_excess["shared rotation"], mlp_in_excess["basisfree"])
-bf16_over_fp32 = ratio(per_seed(residual16_by_run, "basisfree"), per_seed(residual_by_run, "basisfree"))
-measured = {  # criterion id -> (per-seed values, what they are)
-    "trains_as_well_shared": (
-        per_seed(loss_by_run, "shared rotation") - per_seed(loss_by_run, "basisfree"), "Δ loss"),
-    "trains_as_well_independent": (
-        per_seed(loss_by_run, "independent rotations") - per_seed(loss_by_run, "basisfree"), "Δ loss"),
-    "residual_shared": (per_seed(residual_by_run, "shared rotation"), "excess"),
-    "residual_independent": (per_seed(residual_by_run, "independent rotations"), "excess"),
-    "computation_basis_shared": (
-        np.log2(np.where(shared_over_baseline > 0, shared_over_baseline, np.nan)), "log2 ratio"),
-    "independent_weaker": (
-        ratio(mlp_in_excess["independent rotations"], mlp_in_excess["shared rotation"]), "ratio"),
-    "bf16_rotation": (rotation_change("bfloat16"), "Δ loss"),
-    "fp16_rotation": (rotation_change("float16"), "Δ loss"),
-    "bf16_training_rotation": (
-        per_seed(loss16_by_run, "shared rotation") - per_seed(loss16_by_run, "basisfree"), "Δ loss"),
-    "bf16_training_residual": (per_seed(residual16_by_run, "shared rotation"), "excess"),
-    "bf16_training_tails": (
-        np.log2(np.where(bf16_over_fp32 > 0, bf16_over_fp32, np.nan)), "log2 ratio"),
-}  # fmt: skip
+# per seed, what each claim measures (Δ loss paired by seed, excess kurtosis, ratios seed by seed)
+measured = experiments.rotation_claims(seeds, finals, analysis, finals16, analysis16, invariance)
 for key in ledger.criteria:
     values, what = measured[key]
     # a ratio whose denominator is not positive is not measured: its claim is inconclusive
