@@ -72,13 +72,7 @@
 # %% tags=["parameters"]
 model_name = "smollm2-135m"  # [model] the pretrained model for the QuaRot-style rotation
 seeds = (1, 2, 3, 4, 5)  # [non-empty, min 0] training seeds of every variant (seed 0 chose the regime)
-fresh_seeds = (
-    501,
-    502,
-    503,
-    504,
-    505,
-)  # [non-empty, min 0] the confirmatory round's (no other run used them)
+fresh_seeds = (501, 502, 503, 504, 505)  # [non-empty, min 0] the confirmatory round's (no run used them)
 n_rotations = 5  # [> 0] random rotations of the trained model's weights
 n_sequences = 16  # [> 0] held-out sequences for losses and statistics
 seed = 0  # [min 0]
