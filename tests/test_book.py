@@ -162,6 +162,30 @@ def test_an_executed_chapter_records_its_fingerprint_and_collapses_its_setup(tmp
     assert status.state == "stale" and "not the defaults" in status.why
 
 
+def test_a_quick_cell_runs_in_a_quick_run_only_and_never_makes_a_chapter_stale(tmp_path):
+    """A cell tagged "quick" (the CI's smaller sizes) is left out of a run at the defaults and of
+    its fingerprint, so shrinking the quick run leaves a committed chapter fresh; a quick run
+    executes it, and its fingerprint covers it."""
+    notebooks, out = demo_chapter(tmp_path)
+    source = notebooks / "01_demo.py"
+    quick_cell = '# %% tags=["quick"]\nn_items = 1\n\n'
+    text = DEMO_CHAPTER.replace("# %%\nrecord = ", quick_cell + "# %%\nrecord = ")
+    assert text != DEMO_CHAPTER
+    source.write_text(DEMO_CHAPTER)
+    before = book.fingerprint("demo", {}, notebooks)
+    source.write_text(text)
+    assert book.fingerprint("demo", {}, notebooks) == before  # a default run is what it was
+    assert "n_items = 1" not in "".join(c.source for c in book.source_notebook("demo", notebooks).cells)
+    quick = book.fingerprint("demo", {"quick": True}, notebooks)
+    source.write_text(text.replace("n_items = 1", "n_items = 2"))
+    assert book.fingerprint("demo", {}, notebooks) == before
+    assert book.fingerprint("demo", {"quick": True}, notebooks) != quick  # a quick run's is not
+    path = book.run_chapter("demo", {"quick": True}, out_dir=out, progress=False, notebooks=notebooks)
+    outputs = "".join("".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
+                      for o in c.get("outputs", []))  # fmt: skip
+    assert outputs.startswith("2 ") or "\n2 " in outputs, outputs
+
+
 def test_a_chapter_is_stale_when_its_source_changes_or_its_json_disagrees(tmp_path):
     notebooks, out = demo_chapter(tmp_path)
     assert book.chapter_status("demo", out, notebooks).state == "missing"

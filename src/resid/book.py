@@ -87,7 +87,7 @@ def run_chapter(
     import papermill
 
     parameters = parameters or {}
-    notebook = source_notebook(name, notebooks)
+    notebook = source_notebook(name, notebooks, quick=bool(parameters.get("quick")))
     out_dir.mkdir(parents=True, exist_ok=True)
     commit, dirty = package_commit()
     record = fingerprint(name, parameters, notebooks) | {

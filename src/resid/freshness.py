@@ -28,8 +28,10 @@ def fingerprint(name: str, parameters: dict, notebooks: Path = NOTEBOOKS) -> dic
     execution, and of its pre-registered criteria in ``criteria/<name>.toml``) and is told (its
     non-default parameters). Its markdown, its presentation tags and its exercises' starter
     cells are left out, as jupyter-cache leaves out everything but code: such an edit is copied
-    into the executed chapter by ``refresh_narrative``, without executing anything."""
-    cells = [c for c in source_notebook(name, notebooks).cells if c.cell_type == "code"]
+    into the executed chapter by ``refresh_narrative``, without executing anything. So are its
+    quick-run cells, but for a quick run: a run at the defaults never executes them."""
+    notebook = source_notebook(name, notebooks, quick=bool(parameters.get("quick")))
+    cells = [c for c in notebook.cells if c.cell_type == "code"]
     text = "\0".join(json.dumps([c.source, _computing_tags(c)]) for c in cells).encode()
     criteria = notebooks / "criteria" / f"{name}.toml"
     if criteria.exists():  # verdicts depend on it: changing a criterion makes the chapter stale

@@ -78,7 +78,8 @@ def merged_narrative(name: str, out_dir: Path, notebooks: Path):
     import nbformat
 
     executed = nbformat.read(out_dir / f"{name}.ipynb", as_version=4)
-    source_cells = source_notebook(name, notebooks).cells
+    quick = bool(executed.metadata.get("resid", {}).get("parameters", {}).get("quick"))
+    source_cells = source_notebook(name, notebooks, quick=quick).cells
 
     def segments(cells) -> tuple[list[list], list]:
         parts, code = [[]], []

@@ -29,14 +29,21 @@ def source(name: str, notebooks: Path = NOTEBOOKS) -> Path:
     return matches[0]
 
 
-def source_notebook(name: str, notebooks: Path, for_students: bool = False):
+# A code cell tagged "quick" holds the CI's quick-run sizes: it runs in a quick run only. A run at
+# the chapter's defaults never sees it, so it is not part of what the committed chapter computed
+# (nor of its fingerprint): the quick run can be made smaller without executing the chapter again.
+QUICK_TAG = "quick"
+
+
+def source_notebook(name: str, notebooks: Path, for_students: bool = False, quick: bool = False):
     """A chapter's percent-format source as a notebook with a kernel to run it: the chapter
     (its exercises' starter cells left out; they are the student's, and never run here), or
-    with ``for_students`` the handout's cells (the solutions left out, the starters kept)."""
+    with ``for_students`` the handout's cells (the solutions left out, the starters kept). Cells
+    tagged "quick" are kept for a ``quick`` run only."""
     import jupytext
 
     notebook = jupytext.read(source(name, notebooks))
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    left_out = "solution" if for_students else "starter"
-    notebook.cells = [c for c in notebook.cells if left_out not in c.metadata.get("tags", [])]
+    left_out = {"solution" if for_students else "starter"} | (set() if quick else {QUICK_TAG})
+    notebook.cells = [c for c in notebook.cells if not left_out & set(c.metadata.get("tags", []))]
     return notebook
