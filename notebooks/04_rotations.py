@@ -21,8 +21,10 @@
 # read and write learn as well, and their residual stream loses its heavy tails while the shared
 # model's computation basis keeps them. Five seeds each, every claim against the criterion in
 # `notebooks/criteria/rotations.toml`, committed after this chapter's first execution had shown the
-# runs: exploratory verdicts, not pre-registered ones. Then the rotation trick of
-# {cite:t}`ashkboos2024quarot` on the pretrained SmolLM2.
+# runs: exploratory verdicts, not pre-registered ones. A **confirmatory round** then judges every
+# claim again on five fresh seeds (501-505), against criteria committed before any of its runs
+# trained; where the two rounds differ, the confirmatory verdict is the chapter's answer. Then the
+# rotation trick of {cite:t}`ashkboos2024quarot` on the pretrained SmolLM2.
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -30,7 +32,7 @@
 # training runs read from their records in `book/runs` (two models' weights are kept there, at
 # half precision, for the exercises that take them apart); {glue:text}`rerun_cold` to train every
 # run again (`RETRAIN=1`): the basis-free, LayerNorm, shared- and independent-rotation models for
-# every seed, and the basis-free and shared-rotation models again in bfloat16.
+# every seed, and the basis-free and shared-rotation models again in bfloat16, for both rounds.
 # Where the training runs were trained: {glue:text}`trained_on`.
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
@@ -70,6 +72,7 @@
 # %% tags=["parameters"]
 model_name = "smollm2-135m"  # [model] the pretrained model for the QuaRot-style rotation
 seeds = (1, 2, 3, 4, 5)  # [non-empty, min 0] training seeds of every variant (seed 0 chose the regime)
+fresh_seeds = (501, 502, 503, 504, 505)  # [non-empty, min 0] the confirmatory round's (no run used them)
 n_rotations = 5  # [> 0] random rotations of the trained model's weights
 n_sequences = 16  # [> 0] held-out sequences for losses and statistics
 seed = 0  # [min 0]
@@ -96,7 +99,7 @@ ledger = book.start_chapter("rotations", seed)
 base = experiments.REGIME
 if quick:  # a few steps of a tiny model: every code path, none of the conclusions
     base = experiments.quick_config(base)
-    seeds, n_rotations, n_sequences = (1, 2), 2, 4
+    seeds, fresh_seeds, n_rotations, n_sequences = (1, 2), (501, 502), 2, 4
 
 
 # %%
@@ -532,6 +535,45 @@ display(Markdown(
 ))  # fmt: skip
 
 # %% [markdown]
+# ## 6. The confirmatory round: every claim on fresh seeds
+#
+# The criteria above were written after the chapter had shown its runs. So every claim is judged
+# again, criterion for criterion, on seeds no run of this book had used (501-505), with criteria
+# committed before any of those runs trained (`notebooks/registration.toml` lists them): the
+# basis-free, shared- and independent-rotation models in float32, the first two again trained in
+# bfloat16, and every weight of each basis-free model rotated in 16-bit arithmetic, measured as
+# above. `python -m resid.experiments queue rotations-fresh` trains them and files these
+# measurements in their records.
+
+# %%
+_, fresh_finals, fresh_analysis = experiments.compare_variants(names, fresh_seeds, base, tokens)
+_, fresh_finals16, fresh_analysis16 = experiments.compare_variants(
+    bf16_names, fresh_seeds, replace(base, precision="bfloat16"), tokens
+)
+fresh_invariance = pd.concat([
+    measure(experiments.variant("basisfree", s, base), experiments.rotation_invariance, tokens=tokens,
+            n_rotations=n_rotations).assign(seed=s)
+    for s in fresh_seeds
+], ignore_index=True)  # fmt: skip
+fresh_controls = pd.concat([experiments.heaviest(fresh_analysis, "residual"),
+                            experiments.heaviest(fresh_analysis, "mlp-in")])["control"]  # fmt: skip
+ledger.check(
+    "fresh seeds: every rotated control (residual boundary or MLP input chosen) is ≈ 3",
+    bool((fresh_controls - 3).abs().max() < (1.0 if quick else 0.3)),
+    f"{fresh_controls.min():.2f} to {fresh_controls.max():.2f} over {len(fresh_controls) // 2} runs",
+)
+fresh_measured = experiments.rotation_claims(
+    fresh_seeds, fresh_finals, fresh_analysis, fresh_finals16, fresh_analysis16, fresh_invariance
+)
+first_measured = experiments.rotation_claims(seeds, finals, analysis, finals16, analysis16, invariance)
+rounds = pd.DataFrame([  # the mean over the seeds that have a value (pandas: no warning when none has)
+    {"claim": key, "what": what, f"seeds {seeds[0]}-{seeds[-1]}": pd.Series(first_measured[key][0]).mean(),
+     f"seeds {fresh_seeds[0]}-{fresh_seeds[-1]}": pd.Series(values).mean()}
+    for key, (values, what) in fresh_measured.items()
+])  # fmt: skip
+display(rounds.style.format(precision=3).hide(axis="index"))
+
+# %% [markdown]
 # ## Checks
 #
 # The identities and sanity properties asserted along the way (a failing one stops the
@@ -545,22 +587,27 @@ ledger.checks_table()
 # ## The paper's claims, judged against their criteria
 #
 # Each row: the claim, the paper's wording, our estimate with its 95% t-interval over seeds, the
-# criterion, and the verdict. The criteria were written after the chapter had shown some of their
-# numbers (exploratory verdicts; the opening box says what had been seen). Ratios are taken seed
-# by seed; one whose denominator is not positive is not measured, and its claim is inconclusive.
+# criterion, and the verdict. The first eleven rows' criteria were written after the chapter had
+# shown some of their numbers (exploratory); the rows ending in "fresh seeds" are the confirmatory
+# round, judged by criteria committed before their runs trained. Ratios are taken seed by seed;
+# one whose denominator is not positive is not measured, and its claim is inconclusive.
+
 
 # %%
-# per seed, what each claim measures (Δ loss paired by seed, excess kurtosis, ratios seed by seed)
-measured = experiments.rotation_claims(seeds, finals, analysis, finals16, analysis16, invariance)
-for key in ledger.criteria:
-    values, what = measured[key]
-    # a ratio whose denominator is not positive is not measured: its claim is inconclusive
-    measured_seeds = values[np.isfinite(values)]
-    if len(measured_seeds) < len(values):  # the mean of the seeds that have one, without an interval
-        interval = (measured_seeds.mean() if len(measured_seeds) else np.nan, np.nan, np.nan)
-    else:
-        interval = stats.t_interval(values)
-    ledger.judge(key, interval, what, fmt="+.3g")
+def judge_round(measured: dict[str, tuple[np.ndarray, str]], suffix: str = "") -> None:
+    """Judge each claim of a round from its per-seed values (``experiments.rotation_claims``)."""
+    for key, (values, what) in measured.items():
+        # a ratio whose denominator is not positive is not measured: its claim is inconclusive
+        measured_seeds = values[np.isfinite(values)]
+        if len(measured_seeds) < len(values):  # the mean of the seeds that have one, without an interval
+            interval = (measured_seeds.mean() if len(measured_seeds) else np.nan, np.nan, np.nan)
+        else:
+            interval = stats.t_interval(values)
+        ledger.judge(key + suffix, interval, what, fmt="+.3g")
+
+
+judge_round(first_measured)
+judge_round(fresh_measured, "_fresh")
 ledger.claims_table()
 
 # %% [markdown]
@@ -571,6 +618,10 @@ verdicts, estimates = ledger.verdicts, ledger.estimates
 mean_excess = pd.DataFrame({"residual": residual.groupby("variant")["excess"].mean(),
                             "MLP input": computation.groupby("variant")["excess"].mean()})  # fmt: skip
 follows_computation = verdicts["residual_shared"] == verdicts["computation_basis_shared"] == "reproduced"
+fresh_verdicts = {key: verdicts[f"{key}_fresh"] for key in first_measured}
+held = sum(verdict in ("reproduced", "supported") for verdict in fresh_verdicts.values())
+changed = [key for key in first_measured if fresh_verdicts[key] != verdicts[key]]
+confirmed = fresh_verdicts["residual_shared"] == fresh_verdicts["computation_basis_shared"] == "reproduced"
 display(Markdown(
     f"**Takeaways.** Rotating every weight of a trained basis-free model moved its loss by at most "
     f"{largest['bfloat16']:.1e} nats in bfloat16 and {largest['float16']:.1e} in float16 (mean change "
@@ -601,6 +652,11 @@ display(Markdown(
     f"{estimates['bf16_training_residual']:.2f} ({verdicts['bf16_training_residual']}), and the basis-free "
     f"model's tails changed by a factor {2 ** estimates['bf16_training_tails']:.2f} against float32 training "
     f"({verdicts['bf16_training_tails']}). "
+    + f"On the fresh seeds {fresh_seeds[0]}-{fresh_seeds[-1]} (the confirmatory round), {held} of "
+    f"{len(fresh_verdicts)} claims hold again"
+    + (": every verdict is the first round's. " if not changed else "; these verdicts differ from the first "
+       "round's, and the confirmatory ones are the chapter's answer: "
+       + "; ".join(f"{key} {verdicts[key]} → {fresh_verdicts[key]}" for key in changed) + ". ")
     + "These runs are "
     f"{base.steps} steps on {base.steps * base.batch_size * base.model.n_ctx / 1e6:.1f}M bytes, against the "
     "paper's billion tokens."
@@ -610,6 +666,7 @@ display(Markdown(
 results = ledger.results(
     regime=base.key(),
     seeds=list(seeds),
+    fresh_seeds=list(fresh_seeds),
     quick=quick,
     max_rotation_loss_change=largest.to_dict(),
     seed_loss_sd=seed_spread,
@@ -625,17 +682,26 @@ results = ledger.results(
 headline = (
     (
         "The heavy tails follow the basis the layers compute in, not the one the residual stream carries: "
-        if follows_computation
+        if confirmed
         else "These runs do not show that the heavy tails follow the basis the layers compute in: "
     )
-    + "trained in one shared rotated basis, the model's residual stream has an excess kurtosis of "
-    f"{estimates['residual_shared']:+.2f} ({verdicts['residual_shared']} against 'no privileged basis') "
-    f"and its MLPs' inputs a log2 ratio of {estimates['computation_basis_shared']:+.2f} to the basis-free "
-    f"model's ({verdicts['computation_basis_shared']} against 'very similar'), at a held-out loss change of "
-    f"{estimates['trains_as_well_shared']:+.3f} nats per byte ({verdicts['trains_as_well_shared']})."
+    + f"on fresh seeds {fresh_seeds[0]}-{fresh_seeds[-1]}, trained in one shared rotated basis, the model's "
+    f"residual stream has an excess kurtosis of {estimates['residual_shared_fresh']:+.2f} "
+    f"({fresh_verdicts['residual_shared']} against 'no privileged basis') and its MLPs' inputs a log2 ratio "
+    f"of {estimates['computation_basis_shared_fresh']:+.2f} to the basis-free model's "
+    f"({fresh_verdicts['computation_basis_shared']} against 'very similar'), at a held-out loss change of "
+    f"{estimates['trains_as_well_shared_fresh']:+.3f} nats per byte "
+    f"({fresh_verdicts['trains_as_well_shared']}); "
+    f"{held} of {len(fresh_verdicts)} claims hold on the fresh seeds."
 )
 book.save_results(
     results,
-    rerun={"model_name": model_name, "seeds": seeds, "n_sequences": n_sequences, "seed": seed},
+    rerun={
+        "model_name": model_name,
+        "seeds": seeds,
+        "fresh_seeds": fresh_seeds,
+        "n_sequences": n_sequences,
+        "seed": seed,
+    },  # fmt: skip
     headline=headline,
 )
