@@ -74,11 +74,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-import torch.nn.functional as F
 from IPython.display import Markdown, display
 
 import resid
-from resid import book, data, exercises, experiments, heads, hooks, progress, stats
+from resid import book, data, dimensions, exercises, experiments, heads, progress, stats
 from resid.cache import Head
 from resid.train import PRESETS, measure, train
 
@@ -551,76 +550,30 @@ display(bigram_table.style.format(precision=3).hide(axis="index"))
 # compared with ablating as many random dimensions *of matched magnitude*: for each outlier
 # dimension a random one among the five non-outlier dimensions closest to it in mean $|x|$ (no
 # other dimension reaches an outlier's size, so the match is as close as the model allows, and
-# the table shows how close), and, as before, as many dimensions drawn uniformly.
+# the table shows how close), and, as before, as many dimensions drawn uniformly. The three steps
+# (finding the outliers, the matched draw, the ablated losses) are `resid.dimensions`.
 
 
 # %%
-def outlier_dimensions(lm, tokens: torch.Tensor) -> tuple[list[int], torch.Tensor]:
-    """The dimensions where some token exceeds 6 x its own RMS in at least a quarter of the layer
-    boundaries, and every dimension's mean |x| over boundaries and tokens."""
-    stream = lm.residual_stream(tokens)  # [boundary, window * position, d_model]
-    per_layer = [set(stats.outlier_dims(layer_acts, 6.0, relative=True).tolist()) for layer_acts in stream]
-    appearances = pd.Series([d for dims in per_layer for d in dims], dtype=int).value_counts()
-    return sorted(appearances[appearances >= len(per_layer) / 4].index.tolist()), stream.abs().mean((0, 1))
-
-
-def window_losses(lm, tokens: torch.Tensor) -> torch.Tensor:
-    """Each window's mean next-token loss: ``[window]``."""
-    with torch.no_grad():
-        logits = lm(tokens)
-    return F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none").mean(1)
-
-
-def ablated_losses(lm, tokens: torch.Tensor, dims: list[int], means: torch.Tensor | None = None):
-    """Each window's loss with ``dims`` zeroed, or set to ``means`` (``[boundary, position,
-    d_model]``) at each position, at every layer boundary (``lm.resid_names()``)."""
-    ablation = []
-    for boundary, name in enumerate(lm.resid_names()):
-        ablation += hooks.replace_coordinates(name, dims, 0.0 if means is None else means[boundary])
-    with lm.hooks(ablation):
-        return window_losses(lm, tokens)
-
-
-def matched_draw(generator: torch.Generator, outliers: list[int], magnitude: torch.Tensor,
-                 nearest: int = 5) -> list[int]:  # fmt: skip
-    """For each outlier dimension, a random one of the ``nearest`` non-outlier dimensions closest
-    to it in mean |x|, none picked twice."""
-    chosen: list[int] = []
-    for d in outliers:
-        gap = (magnitude - magnitude[d]).abs()
-        gap[outliers + chosen] = float("inf")
-        candidates = gap.argsort()[:nearest]
-        chosen.append(int(candidates[torch.randint(0, nearest, (1,), generator=generator)]))
-    return chosen
-
-
-def outlier_increases(lm, outliers: list[int], matched_sets: list[list[int]], tokens: torch.Tensor) -> tuple:
-    """Each window's loss increase from zeroing the outlier dimensions, and the mean over the
-    matched random sets of the increase from zeroing them: two ``[window]`` tensors."""
-    intact_losses = window_losses(lm, tokens)
-    matched = torch.stack([ablated_losses(lm, tokens, dims) - intact_losses for dims in matched_sets]).mean(0)
-    return ablated_losses(lm, tokens, outliers) - intact_losses, matched
-
-
-outliers, magnitude = outlier_dimensions(model, windows)
+outliers, magnitude = dimensions.outlier_dimensions(model, windows)
 stream = model.residual_stream(windows)
 n_windows_read, n_positions = windows.shape
 position_means = stream.reshape(len(stream), n_windows_read, n_positions, -1).mean(1)  # [boundary, pos, d]
 del stream
 
-intact = window_losses(model, windows)
+intact = heads.next_token_losses(model, windows).mean(1)  # [window]
 generator = torch.Generator().manual_seed(seed)
 non_outliers = [d for d in range(model.cfg.d_model) if d not in outliers]
 draws = {
-    "matched": [matched_draw(generator, outliers, magnitude) for _ in range(n_random_draws)],
+    "matched": [dimensions.matched_draw(generator, outliers, magnitude) for _ in range(n_random_draws)],
     "uniform": [[non_outliers[i] for i in torch.randperm(len(non_outliers), generator=generator)]
                 [: len(outliers)] for _ in range(n_random_draws)],
 }  # fmt: skip
 increase = {}  # (ablated set, mode) -> loss increase per window, averaged over draws
 for mode, means in (("zero", None), ("mean", position_means)):
-    increase["outlier", mode] = ablated_losses(model, windows, outliers, means) - intact
+    increase["outlier", mode] = dimensions.ablated_losses(model, windows, outliers, means) - intact
     for kind, sets in draws.items():
-        increase[kind, mode] = torch.stack([ablated_losses(model, windows, dims, means) - intact
+        increase[kind, mode] = torch.stack([dimensions.ablated_losses(model, windows, dims, means) - intact
                                             for dims in sets]).mean(0)  # fmt: skip
 labels = {"outlier": f"{len(outliers)} outlier dims", "matched": f"{len(outliers)} random dims, matched |x|",
           "uniform": f"{len(outliers)} random dims, uniform"}  # fmt: skip
@@ -709,7 +662,7 @@ if bos is not None:
     new_windows = torch.cat([bos.expand(len(new_windows), 1), new_windows[:, :-1]], dim=1)
 suppressor_head = (int(suppressor.layer), int(suppressor["head"]))
 new_suppressor = heads.attended_token_effect(model, new_windows, *suppressor_head, per_prompt=True)
-new_outlier_increase = outlier_increases(model, outliers, draws["matched"], new_windows)
+new_outlier_increase = dimensions.outlier_increases(model, outliers, draws["matched"], new_windows)
 
 # %%
 # Gemma-3-270M: heads and outlier dimensions chosen on one set, measured on another
@@ -737,9 +690,9 @@ second_ablations = (second_first, second_repeat,
 second_choose_windows, second_measure_windows = (
     data.windows(second_ids, 128, n_windows, seed=seed, skip=k * n_windows, bos=second_bos) for k in (0, 1)
 )
-second_outliers, second_magnitude = outlier_dimensions(second, second_choose_windows)
-second_matched = [matched_draw(generator, second_outliers, second_magnitude) for _ in range(n_random_draws)]
-second_outlier_increase = outlier_increases(second, second_outliers, second_matched, second_measure_windows)
+second_outliers, second_magnitude = dimensions.outlier_dimensions(second, second_choose_windows)
+second_matched = [dimensions.matched_draw(generator, second_outliers, second_magnitude) for _ in range(n_random_draws)]
+second_outlier_increase = dimensions.outlier_increases(second, second_outliers, second_matched, second_measure_windows)
 print(f"{second_model}: best induction head {Head(*second_top5[0])} ({second_scores['induction'].max():.2f} "
       f"on the choosing sequences); outlier dimensions {second_outliers}")  # fmt: skip
 del second
@@ -785,10 +738,6 @@ def formed_interval(values) -> stats.Interval:
     return seed_interval(values) if len(values) >= 2 else stats.Interval(*(float("nan"),) * 3)
 
 
-def bootstrap_mean(values: torch.Tensor) -> stats.Interval:
-    return stats.bootstrap(values, n_resamples=n_resamples).item()
-
-
 def best_induction(per_prompt: torch.Tensor) -> float:
     return per_prompt.mean(0).max().item()  # the best head, chosen again in every resample
 
@@ -813,9 +762,12 @@ measured = {  # criterion id -> ((estimate, low, high), what it is)
     "induction_ablation": (
         stats.bootstrap_statistic(ablation_contrast, *ablations, n_resamples=n_resamples), "Δ share undone"),
     "copy_suppression_direct": (
-        bootstrap_mean(suppressor_by_window["direct effect on attended token"]), "logit"),
-    "copy_suppression_ablation": (bootstrap_mean(suppressor_by_window["logit change when ablated"]), "logit"),
-    "direct_path_bigrams": (bootstrap_mean(smol_advantage), "rate difference"),
+        stats.bootstrap(suppressor_by_window["direct effect on attended token"], n_resamples=n_resamples).item(),
+        "logit"),
+    "copy_suppression_ablation": (
+        stats.bootstrap(suppressor_by_window["logit change when ablated"], n_resamples=n_resamples).item(), "logit"),
+    "direct_path_bigrams": (
+        stats.bootstrap(smol_advantage, n_resamples=n_resamples).item(), "rate difference"),
     "direct_path_bigrams_bytes": (seed_interval(byte_rates), "rate difference"),
     "outlier_ablation": (
         stats.bootstrap_statistic(ratio_of_means, *outlier_increase, n_resamples=n_resamples), "ratio"),
@@ -824,9 +776,11 @@ measured = {  # criterion id -> ((estimate, low, high), what it is)
         f"{len(fresh_formed)} of {len(fresh_two_layer)} seeds:"),
     "induction_forms_abruptly_fresh": (formed_interval(fresh_formed["share of training"]), "share"),
     "two_layer_mechanism_fresh": (formed_interval(fresh_formed["best layer-0 previous-token"]), "score"),
-    "pretrained_induction_heads_heldout": (bootstrap_mean(new_best_scores), f"{Head(*best_head)}: score"),
+    "pretrained_induction_heads_heldout": (
+        stats.bootstrap(new_best_scores, n_resamples=n_resamples).item(), f"{Head(*best_head)}: score"),
     "pretrained_induction_heads_gemma": (
-        bootstrap_mean(second_best_scores), f"{Head(*second_top5[0])}: score"),
+        stats.bootstrap(second_best_scores, n_resamples=n_resamples).item(),
+        f"{Head(*second_top5[0])}: score"),
     "induction_ablation_heldout": (
         stats.bootstrap_statistic(ablation_contrast, *new_ablations, n_resamples=n_resamples),
         "Δ share undone"),
@@ -834,9 +788,11 @@ measured = {  # criterion id -> ((estimate, low, high), what it is)
         stats.bootstrap_statistic(ablation_contrast, *second_ablations, n_resamples=n_resamples),
         "Δ share undone"),
     "copy_suppression_direct_heldout": (
-        bootstrap_mean(new_suppressor["direct effect on attended token"]), "logit"),
+        stats.bootstrap(new_suppressor["direct effect on attended token"], n_resamples=n_resamples).item(),
+        "logit"),
     "copy_suppression_ablation_heldout": (
-        bootstrap_mean(new_suppressor["logit change when ablated"]), "logit"),
+        stats.bootstrap(new_suppressor["logit change when ablated"], n_resamples=n_resamples).item(),
+        "logit"),
     "direct_path_bigrams_bytes_fresh": (seed_interval(fresh_byte_rates), "rate difference"),
     "outlier_ablation_heldout": (
         stats.bootstrap_statistic(ratio_of_means, *new_outlier_increase, n_resamples=n_resamples), "ratio"),
