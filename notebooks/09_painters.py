@@ -97,6 +97,10 @@ model = resid.load(model_name, dtype=getattr(torch, dtype), device=device)
 T = model.cfg.n_layers
 print(f"{model_name}: {T} blocks, d_model={model.cfg.d_model}, computing in {dtype}")
 
+# %% tags=["quick"]
+# The CI's quick run only: a run at the defaults leaves this cell out, and so does the fingerprint
+n_items, n_windows, n_resamples = 10, 4, 200  # a packed row of 10 items per task
+
 # %% [markdown]
 # ## The benchmark, validated on the full model
 #

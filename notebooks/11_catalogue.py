@@ -146,6 +146,11 @@ def bootstrap_rows(statistic, n: int) -> Interval:
     return stats.bootstrap_statistic(statistic, torch.arange(n), n_resamples=n_resamples, seed=seed)
 
 
+# %% tags=["quick"]
+# The CI's quick run only: a run at the defaults leaves this cell out, and so does the fingerprint
+n_sequences, n_retrieval, n_sentences = 8, 8, 8
+
+
 # %% [markdown]
 # ## The models and the text
 #
