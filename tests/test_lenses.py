@@ -2,6 +2,7 @@
 model itself, a least-squares start that is exact where the map is affine, and a tuned lens that
 reads held-out text closer to the model's output than the logit lens does."""
 
+import pytest
 import torch
 
 from resid import lenses
@@ -83,3 +84,29 @@ def test_top1_by_boundary_ends_with_the_models_own_prediction():
     answers = model(tokens)[:, -1].argmax(-1)
     top1 = lenses.top1_by_boundary(model, tokens, answers)
     assert top1[-1].all()
+
+
+def test_a_lens_measurement_is_filed_in_its_record_and_read_back_without_the_lens(tmp_path, monkeypatch):
+    """A fresh clone has the lens's record but not its weights: what the chapter measured with
+    the lens comes back from the record, exactly, and no lens is trained or loaded."""
+    monkeypatch.setenv("RESID_RECORDS", str(tmp_path / "runs"))
+    monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
+    model, train_tokens, held_out = tiny_model(), text(16, 1), text(4, 2)
+    fit = lenses.LensFit("tiny", n_windows=16, length=16, steps=5)
+    measured = lenses.measure(model, train_tokens, fit, lenses.kl_to_final, tokens=held_out, stride=2)
+    lens, _ = lenses.tuned_lens(model, train_tokens, fit)  # trained once above, now cached
+    assert torch.equal(measured, lenses.kl_to_final(model, held_out, lens, stride=2))
+    record = lenses.lens_record(model, train_tokens, fit)
+    assert len(record["measurements"]) == 1 and record["history"]
+
+    def no_lens(*args, **kwargs):
+        raise AssertionError("the lens was trained or loaded although its record holds the measurement")
+
+    monkeypatch.setattr(lenses, "tuned_lens", no_lens)
+    for path in (tmp_path / "cache").rglob("*.pt"):
+        path.unlink()  # a fresh clone: the record, no weights
+    again = lenses.measure(model, train_tokens, fit, lenses.kl_to_final, tokens=held_out, stride=2)
+    assert torch.equal(again, measured)
+    assert lenses.lens_record(model, train_tokens, fit)["history"] == record["history"]
+    with pytest.raises(AssertionError, match="trained or loaded"):  # other inputs: measured anew
+        lenses.measure(model, train_tokens, fit, lenses.kl_to_final, tokens=held_out, stride=1)

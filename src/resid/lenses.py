@@ -176,6 +176,35 @@ def tuned_lens(
     return lens, record
 
 
+def lens_record(model: Transformer, tokens: Tensor, fit: LensFit) -> dict:
+    """The record of the tuned lens for ``fit``: the committed one where there is one (nothing
+    trained, nothing loaded), else the one ``tuned_lens`` writes as it trains (or loads) it."""
+    record = records.read(fit.key())
+    if record is not None:
+        record_build(f"tuned lens {fit.key()}", record["seconds"], built_now=False)
+        return record
+    return tuned_lens(model, tokens, fit)[1]
+
+
+def measure(model: Transformer, tokens: Tensor, fit: LensFit, fn, /, **inputs):
+    """``fn(model, lens=<the tuned lens>, **inputs)``, read from the lens's run record when it
+    holds this measurement (same function, same code, same inputs), else computed with the lens
+    (loaded from the cache, or trained on ``tokens`` now) and added to the record, as
+    ``train.measure`` does for a trained model: a fresh clone reads what the chapter measured of
+    its lenses without their weights (40 MB each in float32), which the repository does not keep."""
+    name = records.measurement_id(fn, inputs)
+    record = records.read(fit.key())
+    if record is not None and name in record.get("measurements", {}):
+        return records.decode(record["measurements"][name])
+    lens, _ = tuned_lens(model, tokens, fit)
+    encoded = records.encode(fn(model, lens=lens, **inputs))
+    record = records.read(fit.key())  # as tuned_lens left it
+    if record is not None:
+        record.setdefault("measurements", {})[name] = encoded
+        records.write(record)
+    return records.decode(encoded)
+
+
 @torch.no_grad()
 def kl_to_final(
     model: Transformer, tokens: Tensor, lens: TunedLens | None = None, stride: int = 1, batch_size: int = 8
