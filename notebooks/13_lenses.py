@@ -24,7 +24,8 @@
 # **Rerun:** {glue:md}`rerun_command`
 #
 # **Time here** (2 CPU cores, measured by this execution): {glue:text}`rerun_cached` with the
-# models converted and the lenses trained; {glue:text}`rerun_cold` from a cold cache.
+# models converted and the lenses' measurements read from their records in `book/runs` (nothing
+# trained); {glue:text}`rerun_cold` from a cold cache, the lenses trained again (`RETRAIN=1`).
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
@@ -92,10 +93,13 @@ for name, m in models.items():
 # For each model: `n_train_windows` windows of `window_length` tokens of the Python
 # documentation train the translators; `n_eval_windows` further windows of the same draw,
 # which the training never sees, measure them. Each lens is trained once and cached; its record
-# (configuration, history, where and how long it trained) is kept with the book's run records.
+# (configuration, history, where and how long it trained) is kept with the book's run records,
+# and so is every measurement this chapter takes with it (its KL on the held-out windows, its
+# top-1 on the prompts below): a re-execution reads them there and trains nothing, while the
+# translators themselves (40 MB each in float32) stay in the cache of the machine that trained them.
 
 # %%
-fits, lens_of, eval_windows, histories = {}, {}, {}, []
+fits, train_of, eval_windows, histories = {}, {}, {}, []
 for name, m in models.items():
     bos = data.leading_bos(m.tokenizer)
     ids = data.token_ids(data.corpus(corpus_name), m.tokenizer)
@@ -106,8 +110,8 @@ for name, m in models.items():
     eval_windows[name] = data.windows(
         ids, window_length, n_eval_windows, seed=seed, skip=n_train_windows, bos=bos
     )
-    lens_of[name], record = lenses.tuned_lens(m, train_windows, fit)
-    fits[name] = fit
+    record = lenses.lens_record(m, train_windows, fit)  # trains the lens only where no record is
+    fits[name], train_of[name] = fit, train_windows
     histories += [{"model": name, **row} for row in record["history"]]
     print(f"{name}: trained in {record['seconds']:.0f} s on {record['machine']}; training vocabulary "
           f"{record['history'][0]['vocabulary']:,} tokens; {len(ids):,} tokens of text")  # fmt: skip
@@ -201,8 +205,11 @@ assert exercises.check("13.2", fit_translator)
 # %%
 kl = {}  # (model, lens) -> [boundary, window]
 for name, m in models.items():
-    for lens_name, lens in (("logit lens", None), ("tuned lens", lens_of[name])):
-        kl[name, lens_name] = lenses.kl_to_final(m, eval_windows[name], lens, stride=eval_stride)
+    kl[name, "logit lens"] = lenses.kl_to_final(m, eval_windows[name], stride=eval_stride)
+    # the tuned lens's, from its record where the record holds it (else measured and filed there)
+    kl[name, "tuned lens"] = lenses.measure(m, train_of[name], fits[name], lenses.kl_to_final,
+                                            tokens=eval_windows[name], stride=eval_stride)  # fmt: skip
+    for lens_name in ("logit lens", "tuned lens"):
         last = kl[name, lens_name][-1].abs().max().item()
         ledger.check(
             f"{name}: the {lens_name} at the last boundary is the model itself", last < 1e-3,
@@ -271,8 +278,9 @@ for task, tokens, answers in (("capital", capital_set.tokens, capital_set.answer
                               ("IOI", ioi.tokens, ioi.answers)):  # fmt: skip
     with torch.no_grad():
         right = model(tokens)[:, -1].argmax(-1) == answers
-    top1 = {lens_name: lenses.top1_by_boundary(model, tokens[right], answers[right], lens)
-            for lens_name, lens in (("logit lens", None), ("tuned lens", lens_of[model_name]))}  # fmt: skip
+    top1 = {"logit lens": lenses.top1_by_boundary(model, tokens[right], answers[right]),
+            "tuned lens": lenses.measure(model, train_of[model_name], fits[model_name], lenses.top1_by_boundary,
+                                         tokens=tokens[right], answers=answers[right])}  # fmt: skip
     first = {lens_name: lenses.first_decoding(table) for lens_name, table in top1.items()}
     tasks[task] = {"top1": top1, "first": first, "n": int(right.sum()), "of": len(answers)}
     print(f"{task}: {int(right.sum())} of {len(answers)} prompts answered right")
