@@ -691,8 +691,11 @@ second_choose_windows, second_measure_windows = (
     data.windows(second_ids, 128, n_windows, seed=seed, skip=k * n_windows, bos=second_bos) for k in (0, 1)
 )
 second_outliers, second_magnitude = dimensions.outlier_dimensions(second, second_choose_windows)
-second_matched = [dimensions.matched_draw(generator, second_outliers, second_magnitude) for _ in range(n_random_draws)]
-second_outlier_increase = dimensions.outlier_increases(second, second_outliers, second_matched, second_measure_windows)
+second_matched = [dimensions.matched_draw(generator, second_outliers, second_magnitude)
+                  for _ in range(n_random_draws)]  # fmt: skip
+second_outlier_increase = dimensions.outlier_increases(
+    second, second_outliers, second_matched, second_measure_windows
+)
 print(f"{second_model}: best induction head {Head(*second_top5[0])} ({second_scores['induction'].max():.2f} "
       f"on the choosing sequences); outlier dimensions {second_outliers}")  # fmt: skip
 del second
@@ -761,11 +764,10 @@ measured = {  # criterion id -> ((estimate, low, high), what it is)
         stats.bootstrap_statistic(best_induction, induction_per_prompt, n_resamples=n_resamples), "score"),
     "induction_ablation": (
         stats.bootstrap_statistic(ablation_contrast, *ablations, n_resamples=n_resamples), "Δ share undone"),
-    "copy_suppression_direct": (
-        stats.bootstrap(suppressor_by_window["direct effect on attended token"], n_resamples=n_resamples).item(),
-        "logit"),
-    "copy_suppression_ablation": (
-        stats.bootstrap(suppressor_by_window["logit change when ablated"], n_resamples=n_resamples).item(), "logit"),
+    "copy_suppression_direct": (stats.bootstrap(
+        suppressor_by_window["direct effect on attended token"], n_resamples=n_resamples).item(), "logit"),
+    "copy_suppression_ablation": (stats.bootstrap(
+        suppressor_by_window["logit change when ablated"], n_resamples=n_resamples).item(), "logit"),
     "direct_path_bigrams": (
         stats.bootstrap(smol_advantage, n_resamples=n_resamples).item(), "rate difference"),
     "direct_path_bigrams_bytes": (seed_interval(byte_rates), "rate difference"),

@@ -279,8 +279,9 @@ for task, tokens, answers in (("capital", capital_set.tokens, capital_set.answer
     with torch.no_grad():
         right = model(tokens)[:, -1].argmax(-1) == answers
     top1 = {"logit lens": lenses.top1_by_boundary(model, tokens[right], answers[right]),
-            "tuned lens": lenses.measure(model, train_of[model_name], fits[model_name], lenses.top1_by_boundary,
-                                         tokens=tokens[right], answers=answers[right])}  # fmt: skip
+            "tuned lens": lenses.measure(model, train_of[model_name], fits[model_name],
+                                         lenses.top1_by_boundary, tokens=tokens[right],
+                                         answers=answers[right])}  # fmt: skip
     first = {lens_name: lenses.first_decoding(table) for lens_name, table in top1.items()}
     tasks[task] = {"top1": top1, "first": first, "n": int(right.sum()), "of": len(answers)}
     print(f"{task}: {int(right.sum())} of {len(answers)} prompts answered right")
