@@ -194,13 +194,13 @@ def measure(model: Transformer, tokens: Tensor, fit: LensFit, fn, /, **inputs):
     its lenses without their weights (40 MB each in float32), which the repository does not keep."""
     name = records.measurement_id(fn, inputs)
     record = records.read(fit.key())
-    if record is not None and name in record.get("measurements", {}):
+    if record is not None and name in record["measurements"]:  # read() checks the field is there
         return records.decode(record["measurements"][name])
     lens, _ = tuned_lens(model, tokens, fit)
     encoded = records.encode(fn(model, lens=lens, **inputs))
     record = records.read(fit.key())  # as tuned_lens left it
     if record is not None:
-        record.setdefault("measurements", {})[name] = encoded
+        record["measurements"][name] = encoded
         records.write(record)
     return records.decode(encoded)
 
