@@ -226,7 +226,7 @@ block = stats.bootstrap(middle_pairs(by_window, T), n_resamples, seed=seed).item
 block_without = stats.bootstrap(middle_pairs(by_window_without, T), n_resamples, seed=seed).item()
 ledger.judge(
     "middle_layers_alike", block,
-    ours=f"cosine {block.text(fmt='.2f')} over {len(windows)} windows "
+    ours=f"cosine {block.text(fmt='.3f')} over {len(windows)} windows "
     f"({block_without[0]:.2f} without the {n_drop} heaviest dims)")  # fmt: skip
 display(Markdown(
     f"Between boundaries 2 and {T - 2} the mean similarity is {block[0]:.2f} [{block[1]:.2f}, "
@@ -920,6 +920,17 @@ if creates_massive in skip_ppl:
         f"{skip_ppl[creates_massive]:,.1f}: number {rank} from the costliest of {len(ppl_skip)} single skips."
     )
 display(Markdown("\n".join(f"- {t}" for t in takeaways)))
+# the opening box's result: the confirmatory round's answers to the paper's headline claims
+headline = (
+    f"On new items, every accuracy task scored in one format: {model_name}'s middle blocks read alike "
+    f"(cosine {estimates['middle_layers_alike_heldout']:.2f}), skipping any one of "
+    f"{estimates['single_skips_graceful_heldout']:.0%} of its inner blocks keeps perplexity within 1.5× "
+    "of the full model's, and changing the middle blocks costs step-by-step tasks more than semantic ones "
+    "(semantic minus step-by-step, in shares of the full model's margin over chance: "
+    f"{estimates['stepwise_suffers_more_heldout']:+.2f}, {verdicts['stepwise_suffers_more_heldout']}; "
+    f"{second_model}: {estimates['stepwise_suffers_more_gemma']:+.2f}, "
+    f"{verdicts['stepwise_suffers_more_gemma']})."
+)
 display(Markdown(
     "**The confirmatory round** (one format, unclamped, new items and windows; Gemma-3-270M for three "
     "claims) decides these claims:\n\n"
@@ -965,4 +976,4 @@ rerun = {
     "n_items": n_items,
     "seed": seed,
 }
-book.save_results(chapter_results, rerun=rerun)
+book.save_results(chapter_results, rerun=rerun, headline=headline)
