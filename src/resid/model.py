@@ -12,6 +12,7 @@ return a replacement activation.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -171,10 +172,19 @@ def _wide(x: Tensor) -> Tensor:
 
 
 def rotary_tables(cfg: Config, n_positions: int) -> tuple[Tensor, Tensor]:
-    dim = cfg.rotary_dim or cfg.head_dim
-    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, dim, 2).float() / dim)
-    if cfg.rope_scaling:
-        inv_freq = scaled_frequencies(inv_freq, *cfg.rope_scaling)
+    """cos and sin of every position's rotary angles, ``[pos, rotary dim]`` each."""
+    return _rotary_tables(
+        cfg.rotary_dim or cfg.head_dim, cfg.rope_theta, tuple(cfg.rope_scaling), n_positions
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _rotary_tables(dim: int, theta: float, scaling: tuple, n_positions: int) -> tuple[Tensor, Tensor]:
+    # one table for every layer and model that asks for it (Gemma-3-270M's fifteen local layers
+    # share one of 32k positions: 34 MB each); nothing writes into a table in place
+    inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2).float() / dim)
+    if scaling:
+        inv_freq = scaled_frequencies(inv_freq, *scaling)
     angles = torch.outer(torch.arange(n_positions).float(), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
