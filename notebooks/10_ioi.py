@@ -101,6 +101,10 @@ model = resid.load(model_name)
 tokenizer = model.tokenizer
 cfg = model.cfg
 
+# %% tags=["quick"]
+# The CI's quick run only: a run at the defaults leaves this cell out, and so does the fingerprint
+das_steps, das_select = 5, 4  # DAS's coordinate ranking is d_model passes per selection prompt
+
 # %% [markdown]
 # ## The task, and the sentences it is found and tested on
 #
