@@ -36,21 +36,58 @@ QUICK_OVERRIDES: dict[str, dict] = {}
 QUICK_WORKERS = int(os.environ.get("RESID_TEST_WORKERS", min(2, os.cpu_count() or 1)))
 
 
-@pytest.fixture(scope="session")
-def quick_book(tmp_path_factory):
-    """The book with every chapter executed in quick mode, its results page, and its HTML:
-    the site a reader's browser gets (``<site>/_build/html``)."""
+# The quick book's chapters start executing as soon as the tests are collected, two at a time in
+# processes of their own, while the tests that need no book run beside them in this one (a third
+# runnable thread on two cores: the tests alone use about one); the tests that read the quick
+# book run last. Run one after the other, the two took about 300 s more on 2 cores.
+_quick_run: dict = {}
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    readers = [item for item in items if "quick_book" in getattr(item, "fixturenames", ())]
+    if not readers or config.getoption("collectonly"):
+        return
+    items[:] = [item for item in items if item not in readers] + readers
+    _start_quick_book()
+
+
+def _start_quick_book() -> None:
     import shutil
+    from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
     from resid import book
 
     root = Path(__file__).resolve().parents[1]
-    site = tmp_path_factory.mktemp("quick-book") / "book"
+    site = Path(tempfile.mkdtemp(prefix="resid-quick-book-")) / "book"
     shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", "chapters"))
     runs = {name: {"quick": True, **QUICK_OVERRIDES.get(name, {})} for name in book.chapters()}
-    # two chapters at a time, a core each: their kernels' start, imports and model loading overlap
-    book.run_chapters(runs, out_dir=site / "chapters", workers=QUICK_WORKERS)
+    torch.set_num_threads(1)  # the chapters' kernels hold a core each; this process shares them
+    executor = ThreadPoolExecutor(1, thread_name_prefix="quick-book")
+    _quick_run.update(site=site, executor=executor, future=executor.submit(
+        book.run_chapters, runs, out_dir=site / "chapters", workers=QUICK_WORKERS))  # fmt: skip
+
+
+def pytest_unconfigure(config) -> None:
+    """An interrupted session stops the chapters still running instead of waiting for them."""
+    future = _quick_run.get("future")
+    if future is not None and not future.done():
+        import multiprocessing
+
+        for child in multiprocessing.active_children():
+            child.terminate()
+        _quick_run["executor"].shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
+def quick_book():
+    """The book with every chapter executed in quick mode, its results page, and its HTML:
+    the site a reader's browser gets (``<site>/_build/html``)."""
+    if not _quick_run:  # collected without its readers (a -k run, say): it runs now
+        _start_quick_book()
+    _quick_run["future"].result()  # a chapter's failure raises its ChapterError here
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    site = _quick_run["site"]
     render(site)
     return site
 
