@@ -99,7 +99,7 @@ print(f"{model_name}: {T} blocks, d_model={model.cfg.d_model}, computing in {dty
 
 # %% tags=["quick"]
 # The CI's quick run only: a run at the defaults leaves this cell out, and so does the fingerprint
-n_items, n_windows, n_resamples = 10, 4, 200  # a packed row of 10 items per task
+n_items, n_windows, n_resamples = 8, 4, 200
 
 # %% [markdown]
 # ## The benchmark, validated on the full model

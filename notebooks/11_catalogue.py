@@ -148,7 +148,7 @@ def bootstrap_rows(statistic, n: int) -> Interval:
 
 # %% tags=["quick"]
 # The CI's quick run only: a run at the defaults leaves this cell out, and so does the fingerprint
-n_sequences, n_retrieval, n_sentences = 8, 8, 8
+n_sequences, n_retrieval, n_sentences, n_windows = 8, 8, 8, 6
 
 
 # %% [markdown]
