@@ -1,5 +1,7 @@
 """The built book in a real browser: headless Chromium (Debian's ``chromium``), driven by Playwright,
-reading the quick build from a server on 127.0.0.1."""
+reading the published build (the committed chapters, as ``make book`` renders them) from a server
+on 127.0.0.1. The quick build's pages are built strictly and read in tests/test_book.py; loading
+them here too repeated every page load for pages no reader gets."""
 
 import functools
 import http.server
@@ -30,8 +32,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def site(quick_book):
-    html = quick_book / "_build" / "html"
+def site(committed_book):
+    html = committed_book / "_build" / "html"
     handler = functools.partial(QuietHandler, directory=str(html))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -135,12 +137,8 @@ def test_a_solution_stays_hidden_until_its_toggle_is_clicked(site, browser):
 
 
 @pytest.fixture(scope="module")
-def published(committed_book):
-    handler = functools.partial(QuietHandler, directory=str(committed_book / "_build" / "html"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+def published(site) -> str:
+    return site[1]
 
 
 def committed() -> list[str]:
