@@ -79,14 +79,15 @@ def open_page(browser, url: str):
     return page
 
 
-def test_every_page_loads_offline_with_its_images_and_math(site, browser):
+def test_every_page_loads_offline_with_its_images_and_math(site, browser, chapter_pages):
     html, base = site
     pages = sorted(p.relative_to(html).as_posix() for p in html.rglob("*.html"))
     pages = [p for p in pages if not p.startswith(("_static/", "_sources/"))]  # theme templates
     assert len(pages) >= len(book.chapters()) + 3
+    loaded = {f"chapters/{name}.html": page for name, page in chapter_pages.items()}  # loaded once
     with_math = 0
     for path in pages:
-        page = open_page(browser, f"{base}/{path}")
+        page = loaded.get(path) or open_page(browser, f"{base}/{path}")
         assert not page.external, f"{path} asked for {page.external}"
         assert not page.failed, f"{path}: {page.failed}"
         images = page.eval_on_selector_all(
@@ -97,7 +98,8 @@ def test_every_page_loads_offline_with_its_images_and_math(site, browser):
         if page.locator(".math").count():
             page.wait_for_selector("mjx-container", timeout=15_000)
             with_math += 1
-        page.close()
+        if path not in loaded:  # the shared chapter pages stay open for the tests below
+            page.close()
     assert with_math >= 3  # the privileged-basis chapters are full of formulas
 
 
