@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -6,6 +8,8 @@ import torch
 
 # Tests never use what an earlier run or session cached, and never wait on the network.
 os.environ["RESID_CACHE"] = tempfile.mkdtemp(prefix="resid-test-cache-")
+# its converted models are 2.4 GB: gone with the session, as its runs and caches are
+atexit.register(shutil.rmtree, os.environ["RESID_CACHE"], ignore_errors=True)
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
@@ -48,18 +52,17 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     if not readers or config.getoption("collectonly"):
         return
     items[:] = [item for item in items if item not in readers] + readers
-    _start_quick_book()
+    _start_quick_book(config)
 
 
-def _start_quick_book() -> None:
-    import shutil
+def _start_quick_book(config) -> None:
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
     from resid import book
 
     root = Path(__file__).resolve().parents[1]
-    site = Path(tempfile.mkdtemp(prefix="resid-quick-book-")) / "book"
+    site = config._tmp_path_factory.mktemp("quick-book") / "book"  # the session's, kept as pytest keeps them
     shutil.copytree(root / "book", site, ignore=shutil.ignore_patterns("_build", "chapters"))
     runs = {name: {"quick": True, **QUICK_OVERRIDES.get(name, {})} for name in book.chapters()}
     torch.set_num_threads(1)  # the chapters' kernels hold a core each; this process shares them
@@ -80,11 +83,11 @@ def pytest_unconfigure(config) -> None:
 
 
 @pytest.fixture(scope="session")
-def quick_book():
+def quick_book(request):
     """The book with every chapter executed in quick mode, its results page, and its HTML:
     the site a reader's browser gets (``<site>/_build/html``)."""
     if not _quick_run:  # collected without its readers (a -k run, say): it runs now
-        _start_quick_book()
+        _start_quick_book(request.config)
     _quick_run["future"].result()  # a chapter's failure raises its ChapterError here
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     site = _quick_run["site"]
@@ -99,7 +102,6 @@ PUBLISHED_FROM = "https://github.com/resid-book/resid"  # stands in for ${{ gith
 def committed_book(tmp_path_factory):
     """The published book: the executed chapters committed in book/chapters, rendered as
     ``make book`` renders them (a chapter not executed yet is left out of its table of contents)."""
-    import shutil
     from pathlib import Path
 
     import yaml

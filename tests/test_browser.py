@@ -138,22 +138,18 @@ def test_a_solution_stays_hidden_until_its_toggle_is_clicked(site, browser):
     page.close()
 
 
-@pytest.fixture(scope="module")
-def published(site) -> str:
-    return site[1]
-
-
 def committed() -> list[str]:
     return [n for n in book.chapters() if (book.CHAPTERS_OUT / f"{n}.ipynb").exists()]
 
 
 @pytest.fixture(scope="module")
-def chapter_pages(published, browser):
+def chapter_pages(site, browser):
     """Every committed chapter's page, loaded once at a laptop's viewport and shared by the tests
     below (each leaves its page as it found it): loading them is most of these tests' time."""
     assert committed(), "no executed chapter is committed"
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pages = {name: open_page(context, f"{published}/chapters/{name}.html") for name in committed()}
+    _, base = site
+    pages = {name: open_page(context, f"{base}/chapters/{name}.html") for name in committed()}
     yield pages
     context.close()
 
