@@ -222,13 +222,15 @@ bos = torch.tensor([[tokenizer.hf.bos_token_id]]) if tokenizer.hf.bos_token_id i
 repeated = heads.repeated_tokens(n_sequences, period, frequent, seed=seed, prefix=bos)
 first_pass, repeat_pass = heads.in_context_losses(model, repeated, start=repeated.shape[1] - period)
 scores = heads.head_scores(model, repeated, period)
-# the same scores sequence by sequence, for an interval over sequences
-induction_per_prompt = torch.tensor(np.stack([
-    heads.head_scores(model, sequence[None], period)["induction"].to_numpy() for sequence in repeated
-]))  # [sequence, head]  # fmt: skip
+# the same scores sequence by sequence (from one batched pass), for an interval over sequences
+by_sequence = heads.sequence_head_scores(model, repeated, period)
+induction_per_prompt = by_sequence["induction"].flatten(1)  # [sequence, head]
 ledger.check(
-    "the per-sequence induction scores average to the batch's",
-    np.allclose(induction_per_prompt.mean(0).numpy(), scores["induction"].to_numpy(), atol=1e-5),
+    "the per-sequence induction scores average to the batch's, and the first and last sequence's "
+    "equal those of a pass on that sequence alone",
+    np.allclose(induction_per_prompt.mean(0).numpy(), scores["induction"].to_numpy(), atol=1e-5)
+    and all(np.allclose(induction_per_prompt[i].numpy(), heads.head_scores(model, repeated[[i]], period)
+                        ["induction"].to_numpy(), atol=1e-5) for i in (0, -1)),
 )  # fmt: skip
 
 # %% tags=["plot"] alt="Three heatmaps over SmolLM2's layers and heads: previous-token, duplicate-token and induction scores."
@@ -555,8 +557,8 @@ display(bigram_table.style.format(precision=3).hide(axis="index"))
 
 
 # %%
-outliers, magnitude = dimensions.outlier_dimensions(model, windows)
-stream = model.residual_stream(windows)
+stream = model.residual_stream(windows)  # [boundary, window * position, d_model]
+outliers, magnitude = dimensions.outlier_dimensions(model, windows, stream=stream)
 n_windows_read, n_positions = windows.shape
 position_means = stream.reshape(len(stream), n_windows_read, n_positions, -1).mean(1)  # [boundary, pos, d]
 del stream
@@ -648,8 +650,7 @@ best_head = top5[0]
 
 def head_induction_by_sequence(lm, tokens: torch.Tensor, head: tuple[int, int]) -> torch.Tensor:
     """One head's induction score on each sequence: ``[sequence]``."""
-    return torch.tensor([heads.head_scores(lm, sequence[None], period).set_index(["layer", "head"])
-                         .loc[head, "induction"] for sequence in tokens])  # fmt: skip
+    return heads.sequence_head_scores(lm, tokens, period)["induction"][:, head[0], head[1]]
 
 
 new_best_scores = head_induction_by_sequence(model, new_repeated, best_head)

@@ -337,6 +337,38 @@ def test_next_token_losses_average_to_the_models_loss():
     torch.testing.assert_close(losses.mean(), model.loss(tokens))
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_losses_unembedded_a_few_positions_at_a_time_are_the_whole_passs_from_any_start(family, monkeypatch):
+    """``next_token_losses`` takes the final residual and unembeds it in chunks (here of 5
+    positions, across sequences' ends): the same losses as the cross-entropy of the whole pass's
+    logits, with an ablation applied, and from ``start`` on only the later ones."""
+    model = random_model(FAMILIES[family])
+    if model.unembed is None:
+        pytest.skip("an encoder without an LM head has no next-token loss")
+    monkeypatch.setattr(heads, "LOSS_CHUNK", 5)
+    tokens = torch.randint(0, model.cfg.vocab_size, (3, 9), generator=torch.Generator().manual_seed(2))
+    ablation = heads.mean_ablation(model, tokens.flip(0), ["L0H1", "L1H0"])
+    logits = model.run_with_hooks(tokens, ablation)[:, :-1]
+    whole = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+    torch.testing.assert_close(heads.next_token_losses(model, tokens, ablation), whole)
+    torch.testing.assert_close(heads.next_token_losses(model, tokens, ablation, start=4), whole[:, 4:])
+    assert (heads.next_token_losses(model, tokens) - whole).abs().max() > 1e-4  # the ablation mattered
+
+
+def test_each_sequences_head_scores_from_the_batch_are_its_own_passs():
+    model = random_model(FAMILIES[sorted(FAMILIES)[0]])
+    repeated = heads.repeated_tokens(4, 5, model.cfg.vocab_size, seed=3)
+    by_sequence = heads.sequence_head_scores(model, repeated, 5)
+    for i in range(len(repeated)):
+        alone = heads.head_scores(model, repeated[[i]], 5)
+        for kind in ("previous", "duplicate", "induction"):
+            own = torch.tensor(alone[kind].to_numpy())
+            torch.testing.assert_close(by_sequence[kind][i].flatten().double(), own)
+    together = heads.head_scores(model, repeated, 5)
+    mean = by_sequence["induction"].mean(0).flatten()
+    torch.testing.assert_close(mean.double(), torch.tensor(together["induction"].to_numpy()))
+
+
 def test_mean_ablation_over_one_sequence_leaves_that_sequence_unchanged():
     model = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16)).eval()
     tokens = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(0))

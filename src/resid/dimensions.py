@@ -20,11 +20,13 @@ from .model import Transformer
 
 @torch.no_grad()
 def outlier_dimensions(
-    model: Transformer, tokens: Tensor, ratio: float = 6.0, share: float = 0.25
+    model: Transformer, tokens: Tensor, ratio: float = 6.0, share: float = 0.25, stream: Tensor | None = None
 ) -> tuple[list[int], Tensor]:
     """The outlier dimensions over ``tokens`` (``[window, pos]``), sorted, and every dimension's
-    mean |x| over boundaries and tokens (``[d_model]``)."""
-    stream = model.residual_stream(tokens)  # [boundary, window * position, d_model]
+    mean |x| over boundaries and tokens (``[d_model]``). ``stream``: ``tokens``' residual stream
+    (``model.residual_stream(tokens)``), where the caller has it already."""
+    if stream is None:
+        stream = model.residual_stream(tokens)  # [boundary, window * position, d_model]
     per_boundary = [set(stats.outlier_dims(acts, ratio, relative=True).tolist()) for acts in stream]
     appearances = pd.Series([d for dims in per_boundary for d in dims], dtype=int).value_counts()
     outliers = sorted(appearances[appearances >= share * len(per_boundary)].index.tolist())

@@ -37,7 +37,7 @@ def repeated_tokens(
 def attention_patterns(model: Transformer, tokens: Tensor) -> Tensor:
     """Every head's attention pattern: ``[layer, batch, head, query, key]``."""
     names = [act_name("pattern", i) for i in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, names)
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)  # no logits needed: one position's
     return torch.stack([cache[name].float() for name in names])
 
 
@@ -49,25 +49,33 @@ def head_scores(model: Transformer, tokens: Tensor, period: int, start: int | No
     Each score is the mean attention weight on the key that defines the behaviour, over the
     query positions where that key exists (the repeat, for duplicate and induction).
     """
-    patterns = attention_patterns(model, tokens)  # [layer, batch, head, q, k]
-    n_pos = tokens.shape[1]
-    queries = torch.arange(n_pos)
-    repeat = queries[queries >= (n_pos - period if start is None else start)]
-    previous = patterns[..., queries[1:], queries[1:] - 1].mean((1, -1))
-    duplicate = patterns[..., repeat, repeat - period].mean((1, -1))
-    induction = patterns[..., repeat, repeat - period + 1].mean((1, -1))
+    by_sequence = sequence_head_scores(model, tokens, period, start)  # each [sequence, layer, head]
+    scores = {name: value.mean(0) for name, value in by_sequence.items()}
     rows = [
-        {
-            "layer": layer,
-            "head": head,
-            "previous": previous[layer, head].item(),
-            "duplicate": duplicate[layer, head].item(),
-            "induction": induction[layer, head].item(),
-        }
+        {"layer": layer, "head": head} | {name: value[layer, head].item() for name, value in scores.items()}
         for layer in range(model.cfg.n_layers)
         for head in range(model.cfg.n_heads)
     ]
     return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def sequence_head_scores(
+    model: Transformer, tokens: Tensor, period: int, start: int | None = None
+) -> dict[str, Tensor]:
+    """``head_scores`` for each sequence of ``tokens`` on its own, from one batched pass:
+    ``{"previous" | "duplicate" | "induction": [sequence, layer, head]}`` (for intervals over
+    sequences; every sequence has the same query positions, so their mean is ``head_scores``)."""
+    patterns = attention_patterns(model, tokens)  # [layer, batch, head, q, k]
+    n_pos = tokens.shape[1]
+    queries = torch.arange(n_pos)
+    repeat = queries[queries >= (n_pos - period if start is None else start)]
+    scores = {
+        "previous": patterns[..., queries[1:], queries[1:] - 1],  # [layer, batch, head, query]
+        "duplicate": patterns[..., repeat, repeat - period],
+        "induction": patterns[..., repeat, repeat - period + 1],
+    }
+    return {name: value.mean(-1).transpose(0, 1) for name, value in scores.items()}
 
 
 def positional_scores(patterns: Tensor) -> dict[str, Tensor]:
@@ -273,21 +281,33 @@ def in_context_losses(
     tensors, each sequence's own means (for intervals over sequences); every sequence has the
     same number of positions in each part, so their means are the overall means.
     """
-    logits = model(tokens[:, :-1]).float()
-    losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+    losses = next_token_losses(model, tokens)  # [batch, pos - 1]: entry i is token i + 1's loss
     first, repeat = losses[:, : start - 1].mean(1), losses[:, start:].mean(1)
     return (first, repeat) if per_prompt else (first.mean().item(), repeat.mean().item())
 
 
 @torch.no_grad()
-def next_token_losses(model: Transformer, tokens: Tensor, fwd_hooks=()) -> Tensor:
-    """Cross-entropy of each next token, with ``fwd_hooks`` applied: ``[batch, pos - 1]``."""
-    logits = model.run_with_hooks(tokens, list(fwd_hooks))[:, :-1]  # [batch, pos - 1, vocab]
-    targets = tokens[:, 1:]
-    # flattened, so that the softmax runs over contiguous rows (Gemma's vocabulary is 262k wide)
-    flat = logits.flatten(0, 1).float()
-    losses = torch.nn.functional.cross_entropy(flat, targets.flatten(), reduction="none")
-    return losses.view(targets.shape)
+def next_token_losses(model: Transformer, tokens: Tensor, fwd_hooks=(), start: int = 0) -> Tensor:
+    """Cross-entropy of each next token from position ``start`` on, with ``fwd_hooks`` applied:
+    ``[batch, pos - 1 - start]``, entry ``i`` the loss of token ``start + i + 1``.
+
+    The final residual is unembedded a few hundred positions at a time, each chunk's loss taken
+    before the next: a whole batch's logits are gigabytes for Gemma's 262k-token vocabulary, and
+    writing, copying and normalising them cost nearly as much as the forward pass."""
+    final = model.resid_names()[-1]  # the unembedding's input: the ablations' last boundary is before it
+    with model.hooks(list(fwd_hooks)):
+        _, cache = model.run_with_cache(tokens, [final], logits_to_keep=1)
+    x = cache[final][:, start:-1].flatten(0, 1)  # [batch * positions, d_model]
+    targets = tokens[:, start + 1 :]
+    wide = torch.promote_types(x.dtype, torch.float32)  # bfloat16 logits in float32; float64 kept
+    losses = [
+        torch.nn.functional.cross_entropy(model.to_logits(rows).to(wide), wanted, reduction="none")
+        for rows, wanted in zip(x.split(LOSS_CHUNK), targets.flatten().split(LOSS_CHUNK), strict=True)
+    ]
+    return torch.cat(losses).view(targets.shape)
+
+
+LOSS_CHUNK = 256  # positions unembedded at once: 268 MB of Gemma-3-270M's float32 logits
 
 
 @torch.no_grad()
@@ -296,7 +316,7 @@ def mean_ablation(model: Transformer, tokens: Tensor, chosen: list[HeadLike]) ->
     (``[batch, pos]``) at each position: sequences of that length or shorter can be ablated."""
     chosen = [Head.of(h) for h in chosen]
     names = sorted({act_name("z", layer) for layer, _ in chosen})
-    _, cache = model.run_with_cache(tokens, names)
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
     means = {layer: cache[act_name("z", layer)].mean(0) for layer, _ in chosen}  # [pos, head, d_head]
     return hooks.replace_heads(chosen, means)
 
@@ -310,10 +330,9 @@ def ablated_in_context_losses(
     repeat's loss of ``in_context_losses(..., per_prompt=True)``, ablated)."""
     chosen = [Head.of(h) for h in chosen]
     names = sorted({act_name("z", layer) for layer, _ in chosen})
-    _, cache = model.run_with_cache(tokens, names)
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
     means = {layer: cache[act_name("z", layer)].mean((0, 1)) for layer, _ in chosen}  # [head, d_head]
-    with model.hooks(hooks.replace_heads(chosen, means)):
-        return in_context_losses(model, tokens, start=start, per_prompt=True)[1]
+    return next_token_losses(model, tokens, hooks.replace_heads(chosen, means), start=start).mean(1)
 
 
 def _normalised_embeddings(model: Transformer, layer: int, token_ids: Tensor) -> Tensor:
