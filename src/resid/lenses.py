@@ -192,17 +192,11 @@ def measure(model: Transformer, tokens: Tensor, fit: LensFit, fn, /, **inputs):
     (loaded from the cache, or trained on ``tokens`` now) and added to the record, as
     ``train.measure`` does for a trained model: a fresh clone reads what the chapter measured of
     its lenses without their weights (40 MB each in float32), which the repository does not keep."""
-    name = records.measurement_id(fn, inputs)
-    record = records.read(fit.key())
-    if record is not None and name in record["measurements"]:  # read() checks the field is there
-        return records.decode(record["measurements"][name])
-    lens, _ = tuned_lens(model, tokens, fit)
-    encoded = records.encode(fn(model, lens=lens, **inputs))
-    record = records.read(fit.key())  # as tuned_lens left it
-    if record is not None:
-        record["measurements"][name] = encoded
-        records.write(record)
-    return records.decode(encoded)
+    return records.measured(
+        records.measurement_id(fn, inputs),
+        lambda: records.read(fit.key()),
+        lambda: fn(model, lens=tuned_lens(model, tokens, fit)[0], **inputs),
+    )
 
 
 @torch.no_grad()

@@ -4,7 +4,8 @@ A record is one training run, named by its configuration key exactly as the cach
 checkpoint. ``<key>.json`` holds the full configuration, the logged history, where and how long
 the run trained, and every *measurement* a chapter took of the trained model: the value of
 ``fn(model, **inputs)``, filed under the function's name, a hash of its source and a hash of its
-inputs (``resid.train.measure`` takes them). A run small enough to commit (at most
+inputs (``resid.train.measure`` takes them, ``resid.lenses.measure`` of a tuned lens, both
+through ``measured``). A run small enough to commit (at most
 ``WEIGHTS_UP_TO`` parameters, such as the two-layer induction models) also keeps its weights,
 float32 as trained, in ``<key>.safetensors``, for the chapters that ablate or probe it. A larger
 run keeps its weights only where a chapter asks (``train(cfg, keep_weights=True)``), at half
@@ -34,6 +35,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .paths import book_folder
@@ -164,6 +166,30 @@ def measurement_id(fn, inputs: dict) -> str:
         digest.update(name.encode() + b"=" + fingerprint(inputs[name]) + b";")
     code_hash = hashlib.sha256(code.encode()).hexdigest()[:12]
     return f"{fn.__module__}.{fn.__qualname__}@{code_hash}:{digest.hexdigest()[:16]}"
+
+
+def measured(
+    name: str,
+    load: Callable[[], dict | None],
+    compute: Callable[[], object],
+    owns: Callable[[dict], bool] = lambda record: True,
+    on_read: Callable[[dict], None] = lambda record: None,
+):
+    """A run's measurement ``name`` (``measurement_id``): read from the run's record (``load()``)
+    when it holds it (``on_read(record)`` is told), else ``compute()``d (which may train the run
+    and so write its record) and filed in the record as it stands then, where ``owns(record)``
+    (the record is the computed run's). The value comes back as the record stores it (tables,
+    tensors, tuples restored), computed or read alike."""
+    record = load()
+    if record is not None and name in record["measurements"]:  # read() checks the field is there
+        on_read(record)
+        return decode(record["measurements"][name])
+    encoded = encode(compute())
+    record = load()
+    if record is not None and owns(record):
+        record["measurements"][name] = encoded
+        write(record)
+    return decode(encoded)
 
 
 def fingerprint(value) -> bytes:

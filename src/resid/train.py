@@ -710,17 +710,19 @@ def measure(cfg: TrainConfig, fn, /, progress: bool = False, **inputs):
     record stores it (tables, tensors, tuples restored), computed or read alike."""
     name = records.measurement_id(fn, inputs)
     record_measurement(cfg.key(), name)
-    record = _record(cfg)
-    if record is not None and name in record["measurements"]:
-        _read_from(record, cfg)
-        return records.decode(record["measurements"][name])
-    result = train(cfg, progress=progress)
-    encoded = records.encode(fn(result.model, **inputs))
-    record = _record(cfg)  # as train() left it: this run's own
-    if record is not None and record["history"] == result.history:
-        record["measurements"][name] = encoded
-        records.write(record)
-    return records.decode(encoded)
+    trained: list[TrainResult] = []
+
+    def compute():
+        trained.append(train(cfg, progress=progress))
+        return fn(trained[0].model, **inputs)
+
+    return records.measured(
+        name,
+        lambda: _record(cfg),
+        compute,
+        owns=lambda record: record["history"] == trained[0].history,  # as train() left it: this run's own
+        on_read=lambda record: _read_from(record, cfg),
+    )
 
 
 def config_from_dict(d: dict) -> TrainConfig:
