@@ -261,8 +261,8 @@ display(top_induction.style.format(precision=2).hide(axis="index"))
 
 
 # %%
-def ablated_repeat_losses(tokens: torch.Tensor, chosen: list[tuple[int, int]]) -> torch.Tensor:
-    return heads.ablated_in_context_losses(model, tokens, chosen, start=tokens.shape[1] - period)
+def ablated_repeat_losses(tokens: torch.Tensor, chosen: list[tuple[int, int]], means: dict) -> torch.Tensor:
+    return heads.ablated_in_context_losses(model, tokens, chosen, start=tokens.shape[1] - period, means=means)
 
 
 held_out = heads.repeated_tokens(n_sequences, period, frequent, seed=seed + 1, prefix=bos)
@@ -274,8 +274,11 @@ generator = torch.Generator().manual_seed(seed)
 all_heads = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 random_sets = [[all_heads[i] for i in torch.randperm(len(all_heads), generator=generator)[:5]]
                for _ in range(n_random_draws)]  # fmt: skip
-random_ablated = torch.stack([ablated_repeat_losses(held_out, chosen) for chosen in random_sets]).mean(0)
-induction_ablated = ablated_repeat_losses(held_out, top5)
+held_means = heads.output_means(model, held_out)  # every head's mean output, shared by the ablated sets
+random_ablated = torch.stack(
+    [ablated_repeat_losses(held_out, chosen, held_means) for chosen in random_sets]
+).mean(0)
+induction_ablated = ablated_repeat_losses(held_out, top5, held_means)
 
 
 def undone(first: torch.Tensor, repeat: torch.Tensor, ablated: torch.Tensor) -> float:
@@ -468,20 +471,17 @@ assert exercises.check("8.3", copying_score)
 windows = data.windows(text_ids, 128, n_windows, seed=seed)
 if bos is not None:
     windows = torch.cat([bos.expand(len(windows), 1), windows[:, :-1]], dim=1)
-effects = pd.DataFrame(
-    [
-        {
-            "head": str(Head(int(h.layer), int(h["head"]))),
-            "role": role,
-            **heads.attended_token_effect(model, windows, int(h.layer), int(h["head"])),
-        }
-        for role, h in (("suppressor", suppressor), ("copier", copier))
-    ]
-)
+roles = {"suppressor": suppressor, "copier": copier}
+by_window = {  # each effect per window, for the intervals over windows; pooled over positions below
+    role: heads.attended_token_effect(model, windows, int(h.layer), int(h["head"]), per_prompt=True)
+    for role, h in roles.items()
+}
+effects = pd.DataFrame([
+    {"head": str(Head(int(h.layer), int(h["head"]))), "role": role, **heads.pooled_effects(by_window[role])}
+    for role, h in roles.items()
+])  # fmt: skip
 display(effects.style.format(precision=3).hide(axis="index"))
-suppressor_by_window = heads.attended_token_effect(
-    model, windows, int(suppressor.layer), int(suppressor["head"]), per_prompt=True
-)
+suppressor_by_window = by_window["suppressor"]
 
 # %% [markdown]
 # ## The direct path and bigram statistics
@@ -656,8 +656,11 @@ def head_induction_by_sequence(lm, tokens: torch.Tensor, head: tuple[int, int]) 
 new_best_scores = head_induction_by_sequence(model, new_repeated, best_head)
 new_first, new_repeat = heads.in_context_losses(model, new_repeated, start=new_repeated.shape[1] - period,
                                                 per_prompt=True)  # fmt: skip
-new_random = torch.stack([ablated_repeat_losses(new_repeated, chosen) for chosen in random_sets]).mean(0)
-new_ablations = (new_first, new_repeat, ablated_repeat_losses(new_repeated, top5), new_random)
+new_means = heads.output_means(model, new_repeated)
+new_random = torch.stack(
+    [ablated_repeat_losses(new_repeated, chosen, new_means) for chosen in random_sets]
+).mean(0)
+new_ablations = (new_first, new_repeat, ablated_repeat_losses(new_repeated, top5, new_means), new_random)
 new_windows = data.windows(text_ids, 128, n_windows, seed=seed, skip=n_windows)
 if bos is not None:
     new_windows = torch.cat([bos.expand(len(new_windows), 1), new_windows[:, :-1]], dim=1)
@@ -684,9 +687,10 @@ second_random_sets = [[second_heads[i] for i in torch.randperm(len(second_heads)
                       for _ in range(n_random_draws)]  # fmt: skip
 start = second_measure.shape[1] - period
 second_first, second_repeat = heads.in_context_losses(second, second_measure, start=start, per_prompt=True)
+second_means = heads.output_means(second, second_measure)
 second_ablations = (second_first, second_repeat,
-                    heads.ablated_in_context_losses(second, second_measure, second_top5, start=start),
-                    torch.stack([heads.ablated_in_context_losses(second, second_measure, chosen, start=start)
+                    heads.ablated_in_context_losses(second, second_measure, second_top5, start, second_means),
+                    torch.stack([heads.ablated_in_context_losses(second, second_measure, chosen, start, second_means)
                                  for chosen in second_random_sets]).mean(0))  # fmt: skip
 second_choose_windows, second_measure_windows = (
     data.windows(second_ids, 128, n_windows, seed=seed, skip=k * n_windows, bos=second_bos) for k in (0, 1)

@@ -369,6 +369,20 @@ def test_each_sequences_head_scores_from_the_batch_are_its_own_passs():
     torch.testing.assert_close(mean.double(), torch.tensor(together["induction"].to_numpy()))
 
 
+def test_every_layers_means_from_one_pass_ablate_as_the_chosen_layers_own():
+    """Heads passes ``output_means`` once for several ablated sets: the same losses as each set
+    averaging its own layers, and a set's ablation changes the repeat's losses."""
+    model = Transformer(Config(d_model=32, n_layers=3, n_heads=4, d_mlp=64, n_ctx=16)).eval()
+    repeated = heads.repeated_tokens(4, 6, 256, seed=1)
+    shared = heads.output_means(model, repeated)
+    assert sorted(shared) == [0, 1, 2] and shared[1].shape == (4, 8)
+    for chosen in (["L0H1", "L2H3"], [(1, 0)]):
+        own = heads.ablated_in_context_losses(model, repeated, chosen, start=7)
+        torch.testing.assert_close(heads.ablated_in_context_losses(model, repeated, chosen, 7, shared), own)
+        intact = heads.in_context_losses(model, repeated, start=7, per_prompt=True)[1]
+        assert (own - intact).abs().max() > 1e-4
+
+
 def test_mean_ablation_over_one_sequence_leaves_that_sequence_unchanged():
     model = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16)).eval()
     tokens = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(0))

@@ -9,6 +9,8 @@ head to the token *after* that earlier copy (the one it will predict).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pandas as pd
 import torch
 from torch import Tensor
@@ -322,16 +324,31 @@ def mean_ablation(model: Transformer, tokens: Tensor, chosen: list[HeadLike]) ->
 
 
 @torch.no_grad()
+def output_means(
+    model: Transformer, tokens: Tensor, layers: Iterable[int] | None = None
+) -> dict[int, Tensor]:
+    """Each layer's head outputs (``hook_z``) averaged over every sequence and position of
+    ``tokens``: ``{layer: [head, d_head]}``, for ``layers`` (default: all), from one pass."""
+    layers = range(model.cfg.n_layers) if layers is None else sorted(set(layers))
+    _, cache = model.run_with_cache(tokens, [act_name("z", layer) for layer in layers], logits_to_keep=1)
+    return {layer: cache[act_name("z", layer)].mean((0, 1)) for layer in layers}
+
+
+@torch.no_grad()
 def ablated_in_context_losses(
-    model: Transformer, tokens: Tensor, chosen: list[HeadLike], start: int
+    model: Transformer,
+    tokens: Tensor,
+    chosen: list[HeadLike],
+    start: int,
+    means: dict[int, Tensor] | None = None,
 ) -> Tensor:
     """Each sequence's mean loss from position ``start`` on with the ``chosen`` heads' outputs
     (any spelling) replaced by their mean over every sequence and position: ``[batch]`` (the
-    repeat's loss of ``in_context_losses(..., per_prompt=True)``, ablated)."""
+    repeat's loss of ``in_context_losses(..., per_prompt=True)``, ablated). ``means``:
+    ``output_means(model, tokens)``, where the caller ablates several sets on the same tokens."""
     chosen = [Head.of(h) for h in chosen]
-    names = sorted({act_name("z", layer) for layer, _ in chosen})
-    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
-    means = {layer: cache[act_name("z", layer)].mean((0, 1)) for layer, _ in chosen}  # [head, d_head]
+    if means is None:
+        means = output_means(model, tokens, [layer for layer, _ in chosen])
     return next_token_losses(model, tokens, hooks.replace_heads(chosen, means), start=start).mean(1)
 
 
@@ -410,11 +427,19 @@ def attended_token_effect(
         "direct effect on attended token": direct.gather(-1, pick).squeeze(-1).float(),
         "logit change when ablated": (ablated.gather(-1, pick) - logits.gather(-1, pick)).squeeze(-1).float(),
     }  # each [batch, query]
-    if per_prompt:
-        kept = keep.sum(1)
-        return {name: (value * keep).sum(1) / kept for name, value in effects.items()} | {"positions": kept}
-    means = {name: value[keep].mean().item() for name, value in effects.items()}
-    return means | {"positions": int(keep.sum())}
+    kept = keep.sum(1)  # [batch]
+    by_sequence = {name: (value * keep).sum(1) / kept for name, value in effects.items()}
+    by_sequence["positions"] = kept
+    return by_sequence if per_prompt else pooled_effects(by_sequence)
+
+
+def pooled_effects(by_sequence: dict[str, Tensor]) -> dict:
+    """``attended_token_effect``'s per-sequence effects (``per_prompt=True``) as its means over
+    every counted position: each sequence weighted by its ``positions``."""
+    positions = by_sequence["positions"]
+    means = {name: ((value.nan_to_num() * positions).sum() / positions.sum()).item()  # nan: no position
+             for name, value in by_sequence.items() if name != "positions"}  # fmt: skip
+    return means | {"positions": int(positions.sum())}
 
 
 @torch.no_grad()
