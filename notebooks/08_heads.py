@@ -688,10 +688,9 @@ second_random_sets = [[second_heads[i] for i in torch.randperm(len(second_heads)
 start = second_measure.shape[1] - period
 second_first, second_repeat = heads.in_context_losses(second, second_measure, start=start, per_prompt=True)
 second_means = heads.output_means(second, second_measure)
-second_ablations = (second_first, second_repeat,
-                    heads.ablated_in_context_losses(second, second_measure, second_top5, start, second_means),
-                    torch.stack([heads.ablated_in_context_losses(second, second_measure, chosen, start, second_means)
-                                 for chosen in second_random_sets]).mean(0))  # fmt: skip
+ablated_second = [heads.ablated_in_context_losses(second, second_measure, chosen, start, second_means)
+                  for chosen in [second_top5, *second_random_sets]]  # fmt: skip
+second_ablations = (second_first, second_repeat, ablated_second[0], torch.stack(ablated_second[1:]).mean(0))
 second_choose_windows, second_measure_windows = (
     data.windows(second_ids, 128, n_windows, seed=seed, skip=k * n_windows, bos=second_bos) for k in (0, 1)
 )

@@ -153,7 +153,7 @@ def value_weighted_attention(model: Transformer, tokens: Tensor) -> Tensor:
     whose value vector is near zero (an attention sink) scores near zero."""
     cfg = model.cfg
     names = [act_name(hook, i) for i in range(cfg.n_layers) for hook in ("pattern", "v")]
-    _, cache = model.run_with_cache(tokens, names)
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
     maps = []
     for layer, block in enumerate(model.blocks):
         v = cache[act_name("v", layer)]  # [batch, key, kv_head, d_head]
@@ -193,7 +193,7 @@ def residual_components(model: Transformer, tokens: Tensor, position: int = -1) 
     cfg = model.cfg
     names = ["hook_embed"] + [act_name("z", i) for i in range(cfg.n_layers)]
     names += [] if cfg.attn_only else [act_name("mlp_out", i) for i in range(cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, names)
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
     heads, head_labels = cache.stack_head_results(pos_slice=position, return_labels=True)
     labels, parts = ["embed"], [cache["hook_embed"][:, position]]
     for layer, block in enumerate(model.blocks):
@@ -263,7 +263,7 @@ def logit_lens(model: Transformer, tokens: Tensor, targets: Tensor, per_prompt: 
     """At every layer boundary, the last position's residual read out through the final norm
     and unembedding: the probability and rank of ``targets`` and whether it is the top-1, as the
     mean over the batch, or with ``per_prompt`` one row per (layer, prompt)."""
-    _, cache = model.run_with_cache(tokens, model.resid_names())
+    _, cache = model.run_with_cache(tokens, model.resid_names(), logits_to_keep=1)
     rows = []
     for layer, name in enumerate(model.resid_names()):
         logits = model.to_logits(cache[name][:, -1]).float()

@@ -33,7 +33,7 @@ def head_means(model: Transformer, reference: Tensor) -> list[Tensor]:
     """Each layer's head outputs averaged over the reference prompts, position by position:
     ``[pos, head, d_head]`` per layer (the prompts share one length)."""
     names = [act_name("z", i) for i in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(reference, names)
+    _, cache = model.run_with_cache(reference, names, logits_to_keep=1)
     return [cache[name].mean(0) for name in names]
 
 
@@ -210,7 +210,9 @@ def copy_scores_in_context(
     ``token_ids`` (the names); ``suppression``: how often it is the lowest (negative name
     movers). A row per candidate head."""
     layers = sorted({h.layer for h in candidates})
-    _, cache = model.run_with_cache(prompts.tokens, [act_name("resid_pre", layer) for layer in layers])
+    _, cache = model.run_with_cache(
+        prompts.tokens, [act_name("resid_pre", layer) for layer in layers], logits_to_keep=1
+    )
     rows_of = torch.arange(len(prompts))
     io_rank = (token_ids[None, :] == prompts.answers[:, None]).float().argmax(1)  # IO's index among the names
     if not torch.isin(prompts.answers, token_ids).all():

@@ -143,7 +143,7 @@ def head_writes(model: Transformer, tokens: Tensor, position: int = -1) -> Tenso
     share of the normalised output). Summed over heads, plus any output bias, it is the
     attention block's output there."""
     names = [act_name("z", layer) for layer in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, names)
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
     stack = cache.stack_head_results(pos_slice=position).float()  # [layer * head, batch, d_model]
     return stack.view(model.cfg.n_layers, model.cfg.n_heads, *stack.shape[1:]).permute(2, 0, 1, 3)
 
@@ -153,7 +153,7 @@ def mean_head_z(model: Transformer, tokens: Tensor, position: int = -1) -> list[
     """Every head's mean output before ``W_O`` at ``position`` over the prompts: one ``[head,
     d_head]`` per layer, what ``average_indirect_effect`` patches in."""
     names = [act_name("z", layer) for layer in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, names)
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)
     return [cache[name][:, position].float().mean(0) for name in names]
 
 
@@ -166,7 +166,7 @@ def average_indirect_effect(
     over prompts: ``[layer, head]``. Only the last position is patched, so every earlier one
     keeps its corrupted values."""
     names = [act_name("z", layer) for layer in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(corrupted, names)
+    _, cache = model.run_with_cache(corrupted, names, logits_to_keep=1)
     patched_in = {}
     for name, mean in zip(names, mean_z, strict=True):
         values = cache[name].clone()

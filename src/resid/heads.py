@@ -153,7 +153,7 @@ def last_position_outputs(model: Transformer, tokens: list[Tensor], layers: list
     names = [act_name("z", layer) for layer in sorted(set(layers))]
     sums: dict[int, Tensor] = {}
     for ids in tokens:
-        _, cache = model.run_with_cache(ids[None], names)
+        _, cache = model.run_with_cache(ids[None], names, logits_to_keep=1)
         for layer in sorted(set(layers)):
             z = cache[act_name("z", layer)][0, -1].float()  # [head, d_head]
             sums[layer] = sums.get(layer, 0) + z

@@ -111,7 +111,7 @@ def top_activations(
     starts = range(0, len(tokens), batch_size)
     for start in progress.steps(starts, f"neuron activations, layer {layer}", show=len(starts) > 4):
         batch = tokens[start : start + batch_size]
-        _, cache = model.run_with_cache(batch, [name])
+        _, cache = model.run_with_cache(batch, [name], logits_to_keep=1)
         acts = cache[name][..., index].float().flatten(0, 1).T  # [neuron, batch * pos]
         places = torch.arange(acts.shape[1]) + start * tokens.shape[1]
         values = torch.cat([best_values, acts], 1)
@@ -202,7 +202,7 @@ def mean_activations(
     """Each neuron's mean activation over ``tokens`` (``[batch, pos]``), positions ``first``
     onwards: ``{layer: [d_mlp]}``, what a mean ablation writes."""
     layers = sorted(set(layers))
-    _, cache = model.run_with_cache(tokens, [act_name("post", layer) for layer in layers])
+    _, cache = model.run_with_cache(tokens, [act_name("post", layer) for layer in layers], logits_to_keep=1)
     return {layer: cache[act_name("post", layer)][:, first:].float().mean((0, 1)) for layer in layers}
 
 

@@ -74,7 +74,7 @@ def interventions(
     values: dict[str, dict[str, Tensor]] = {}
     with torch.no_grad():
         if set(kinds) - {"noise"}:  # noise needs only the clean prompts
-            _, counter = model.run_with_cache(counterfactual, names)
+            _, counter = model.run_with_cache(counterfactual, names, logits_to_keep=1)
             shape = {n: (len(clean), *counter[n].shape[1:]) for n in names}  # the clean run's
         if "zero" in kinds:
             values["zero"] = {n: counter[n].new_zeros(shape[n]) for n in names}
@@ -88,7 +88,7 @@ def interventions(
             noise = torch.randn(embeddings.shape, generator=generator).to(embeddings)
             noise = noise * embeddings.std() * noise_scale
             with model.hooks([("hook_embed", lambda x, hook: x + noise)]):
-                values["noise"] = dict(model.run_with_cache(clean, names)[1])
+                values["noise"] = dict(model.run_with_cache(clean, names, logits_to_keep=1)[1])
     return values
 
 
