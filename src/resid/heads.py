@@ -39,7 +39,7 @@ def repeated_tokens(
 def attention_patterns(model: Transformer, tokens: Tensor) -> Tensor:
     """Every head's attention pattern: ``[layer, batch, head, query, key]``."""
     names = [act_name("pattern", i) for i in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)  # no logits needed: one position's
+    _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)  # logits unread: the last position only
     return torch.stack([cache[name].float() for name in names])
 
 
