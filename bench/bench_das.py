@@ -7,7 +7,7 @@ import torch
 from timing import best_time
 
 import resid
-from resid import behaviours, das
+from resid.tools import behaviours, das
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ from timing import best_time
 from transformers import AutoModelForCausalLM
 
 import resid
-from resid.basis import write
-from resid.loaders import SMOLLM2_GGUF
+from resid.model.basis import write
+from resid.model.loaders import SMOLLM2_GGUF
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ import torch
 from timing import best_time
 
 import resid
-from resid import data, lenses
+from resid.model import data
+from resid.tools import lenses
 
 
 def main() -> None:

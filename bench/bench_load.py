@@ -18,7 +18,7 @@ from unittest.mock import patch
 
 import torch
 
-from resid import loaders
+from resid.model import loaders
 
 
 def gguf_file(name: str) -> Path:

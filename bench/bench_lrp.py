@@ -9,7 +9,7 @@ import torch
 from timing import best_time
 
 import resid
-from resid import behaviours, lrp
+from resid.tools import behaviours, lrp
 
 
 def main() -> None:

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import resid
-from resid import plans, progress, tasks
+from resid.runtime import progress
+from resid.tools import plans, tasks
 
 
 def chapter_plans(T: int, n_grid=(4, 8, 12), n_shuffles: int = 10, max_loops: int = 8) -> list:

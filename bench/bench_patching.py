@@ -16,7 +16,7 @@ import time
 import torch
 
 import resid
-from resid import behaviours, patching
+from resid.tools import behaviours, patching
 
 
 def timed(fn, *args) -> tuple[float, object]:

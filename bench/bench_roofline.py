@@ -17,7 +17,8 @@ from timing import best_time
 from torch.utils.flop_counter import FlopCounterMode
 
 import resid
-from resid import behaviours, data, dimensions, patching
+from resid.model import data
+from resid.tools import behaviours, dimensions, patching
 
 
 def flops_of(fn: Callable[[], object]) -> int:

@@ -11,8 +11,8 @@ window and per test window scored, and a retraining's, as ratios against one tra
 import torch
 from timing import best_time
 
-from resid import data, tda
-from resid.model import Config, Transformer, next_token_loss
+from resid.model import Config, Transformer, data, next_token_loss
+from resid.tools import tda
 
 MODEL = Config(vocab_size=256, n_ctx=64, d_model=64, n_layers=2, n_heads=4, d_mlp=256)
 

@@ -13,10 +13,10 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from resid.data import random_batch
-from resid.experiments import REGIME
 from resid.model import Config, Transformer
-from resid.train import TrainConfig, _train_step, corpus_ids, make_optimizer
+from resid.model.data import random_batch
+from resid.train.experiments import REGIME
+from resid.train.training import TrainConfig, _train_step, corpus_ids, make_optimizer
 
 STEPS, WARMUP = 30, 5
 

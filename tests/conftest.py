@@ -24,7 +24,7 @@ def smollm2():
 def render(site) -> None:
     """The results page and the HTML of a book folder, warnings counted as errors."""
     from resid import book
-    from resid.course import course_page
+    from resid.book.course import course_page
 
     book.results_page(site / "chapters", toc=site / "_toc.yml")
     course_page(site / "chapters")

@@ -3,7 +3,7 @@ answer is in the context."""
 
 import re
 
-from resid import behaviours
+from resid.tools import behaviours
 
 
 class WordTokenizer:

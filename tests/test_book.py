@@ -13,8 +13,11 @@ import pytest
 import torch
 import yaml
 
-from resid import book, claims, provenance
-from resid.sources import QUICK_TAG
+from resid import book
+from resid.book import runner  # where main looks its helpers up
+from resid.book.sources import QUICK_TAG
+from resid.runtime import provenance
+from resid.stats import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +36,7 @@ def test_every_chapter_is_in_the_table_of_contents():
     generated = ("chapters/course", "chapters/results")
     chapter_files = [f for f in toc_files() if f.startswith("chapters/") and f not in generated]
     assert [f"chapters/{name}" for name in book.chapters()] == chapter_files
-    assert toc_files()[-3:] == ["chapters/course", "chapters/results", "bibliography"]
+    assert toc_files()[-4:] == ["chapters/course", "chapters/results", "running", "bibliography"]
 
 
 def test_every_chapter_has_exercises_with_checked_solutions():
@@ -274,7 +277,7 @@ def test_bad_parameters_fail_at_once_with_one_line(capsys, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("a chapter ran despite a bad parameter")
 
-    monkeypatch.setattr(book, "run_chapter", never)
+    monkeypatch.setattr(runner, "run_chapter", never)
     cases = [
         ("outliers", "n_tokens=-5", "n_tokens=-5 is out of range: must be > 0"),
         ("outliers", "bogus=1", "unknown parameter 'bogus'"),
@@ -298,7 +301,7 @@ def test_a_bfloat16_chapter_on_a_cpu_without_bf16_units_names_the_faster_paramet
     assert book.precision_note("painters", {"dtype": "float32"}) is None
     assert book.precision_note("painters", {"dtype": "bfloat16", "device": "cuda"}) is None
     assert book.precision_note("outliers", {}) is None  # no dtype parameter
-    monkeypatch.setattr(book, "run_chapter", lambda name, parameters, **options: Path(f"{name}.ipynb"))
+    monkeypatch.setattr(runner, "run_chapter", lambda name, parameters, **options: Path(f"{name}.ipynb"))
     assert book.main(["run", "painters", "-p", "dtype=bfloat16"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[1] == f"[resid] note: {note}", printed  # before the chapter runs
@@ -603,7 +606,7 @@ def test_make_clean_removes_only_what_a_build_rebuilds():
 
 
 def test_status_says_whether_re_executing_reads_records_or_which_runs_it_trains(monkeypatch, tmp_path):
-    from resid import records
+    from resid.train import records
 
     monkeypatch.setenv(records.ENV, str(tmp_path / "runs"))
     monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
@@ -639,7 +642,9 @@ def test_status_says_whether_re_executing_reads_records_or_which_runs_it_trains(
 def test_a_chapter_records_which_measurements_of_a_run_it_read(monkeypatch, tmp_path):
     from dataclasses import replace
 
-    from resid import provenance, records, train
+    from resid import train
+    from resid.runtime import provenance
+    from resid.train import records
 
     monkeypatch.setenv(records.ENV, str(tmp_path / "runs"))
     monkeypatch.setenv("RESID_CACHE", str(tmp_path / "cache"))
@@ -673,7 +678,7 @@ def test_registration_is_read_from_the_history():
 
 
 def test_the_adam_chapters_defaults_are_the_design_committed_with_its_criteria():
-    from resid import experiments
+    from resid.train import experiments
 
     declared = book.declared_parameters("adam")
     design = experiments.ADAM_DESIGN
@@ -687,7 +692,7 @@ def test_the_adam_chapters_defaults_are_the_design_committed_with_its_criteria()
 
 
 def test_the_replication_queue_trains_the_three_norms_on_seeds_no_chapter_used(capsys, tmp_path, monkeypatch):
-    from resid import experiments, records
+    from resid.train import experiments, records
 
     jobs = experiments.replication_design()
     assert {(name, seed) for _, name, _, seed, _ in jobs} == {
@@ -700,7 +705,7 @@ def test_the_replication_queue_trains_the_three_norms_on_seeds_no_chapter_used(c
     }
     assert not used & {cfg.key() for *_, cfg in jobs}
     monkeypatch.setenv(records.ENV, str(tmp_path))  # an empty records folder: every run is missing
-    monkeypatch.setattr("resid.train.estimated_seconds", lambda cfg: 600.0)
+    monkeypatch.setattr("resid.train.training.estimated_seconds", lambda cfg: 600.0)
     experiments.main(["queue", "replication", "--estimate"])
     out = capsys.readouterr().out
     assert "replication: 15 runs, 15 without a record" in out and "2.5 h" in out
@@ -709,7 +714,7 @@ def test_the_replication_queue_trains_the_three_norms_on_seeds_no_chapter_used(c
 def test_the_rotations_confirmatory_queue_trains_every_variant_on_seeds_no_chapter_used(
     capsys, tmp_path, monkeypatch
 ):
-    from resid import experiments, records
+    from resid.train import experiments, records
 
     jobs = experiments.rotations_fresh_design()
     names = ("basisfree", "shared rotation", "independent rotations")
@@ -722,7 +727,7 @@ def test_the_rotations_confirmatory_queue_trains_every_variant_on_seeds_no_chapt
     assert not used & {cfg.key() for *_, cfg in jobs} and len({cfg.key() for *_, cfg in jobs}) == 25
     assert experiments.MEASUREMENTS["rotations-fresh"] is experiments.rotations_measurements
     monkeypatch.setenv(records.ENV, str(tmp_path))  # an empty records folder: every run is missing
-    monkeypatch.setattr("resid.train.estimated_seconds", lambda cfg: 360.0)
+    monkeypatch.setattr("resid.train.training.estimated_seconds", lambda cfg: 360.0)
     experiments.main(["queue", "rotations-fresh", "--estimate"])
     assert "rotations-fresh: 25 runs, 25 without a record" in capsys.readouterr().out
 
@@ -732,7 +737,7 @@ def test_the_rotations_queue_trains_new_runs_first_and_retrains_those_whose_weig
 ):
     import shutil
 
-    from resid import experiments, records
+    from resid.train import experiments, records
 
     jobs = experiments.rotations_design()
     assert len({cfg.key() for *_, cfg in jobs}) == 30
@@ -747,7 +752,7 @@ def test_the_rotations_queue_trains_new_runs_first_and_retrains_those_whose_weig
     (tmp_path / "runs").mkdir()
     recorded = experiments.variant("basisfree", 1).key()
     shutil.copy(ROOT / "book" / "runs" / f"{recorded}.json", tmp_path / "runs")
-    monkeypatch.setattr("resid.train.estimated_seconds", lambda cfg: 600.0)
+    monkeypatch.setattr("resid.train.training.estimated_seconds", lambda cfg: 600.0)
     experiments.main(["queue", "rotations", "--estimate"])
     out = capsys.readouterr().out
     assert "rotations: 30 runs, 29 without a record" in out

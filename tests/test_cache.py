@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from resid.basis import write
-from resid.cache import Head, act_name
 from resid.model import Config, Transformer
+from resid.model.basis import write
+from resid.model.cache import Head, act_name
 
 TOKENS = torch.randint(0, 256, (2, 10), generator=torch.Generator().manual_seed(0))
 
@@ -82,7 +82,8 @@ def test_a_head_in_any_spelling_is_one_head():
 
 
 def test_head_ablations_accept_every_spelling():
-    from resid import heads, hooks
+    from resid.model import hooks
+    from resid.tools import heads
 
     model = Transformer(Config(d_model=32, n_layers=2, n_heads=4, d_mlp=64, n_ctx=16)).eval()
     means = [torch.zeros(4, 8), torch.zeros(4, 8)]

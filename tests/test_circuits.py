@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
-from resid import attribution, circuits, heads, patching
-from resid.behaviours import ContrastSet
-from resid.cache import Head
 from resid.model import Config, Transformer
+from resid.model.cache import Head
+from resid.tools import attribution, circuits, heads, patching
+from resid.tools.behaviours import ContrastSet
 from resid.train import PRESETS, train
 
 ARCHITECTURES = {
@@ -499,7 +499,7 @@ def test_sweeps_with_a_counterfactual_that_differs_late_match_one_forward_per_pa
 
 def test_every_circuit_score_takes_a_metric(model):
     """faithfulness, minimality, head-level ACDC and edge-level ACDC score with the metric given."""
-    from resid.metrics import AnswerProbability, LogitDiff
+    from resid.stats.metrics import AnswerProbability, LogitDiff
 
     ioi = synthetic_ioi()
     means = circuits.head_means(model, ioi.corruptions["abc"])

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from resid import claims, stats
-from resid.paths import ROOT
+from resid import stats
+from resid.runtime.paths import ROOT
+from resid.stats import claims
 
 ABOVE = claims.Criterion("x", "c", "s", "m", "above", threshold=0.6, partly=0.3)
 
@@ -143,7 +144,7 @@ def test_reachable_verdicts_find_a_claim_that_cannot_fail():
 def test_every_estimator_returns_one_interval_type_written_one_way():
     import torch
 
-    from resid.interval import Interval
+    from resid.stats.interval import Interval
 
     x = torch.tensor([1.0, 2.0, 4.0, 3.0, 5.0, 2.5])
     y = torch.tensor([0.5, 1.5, 3.0, 3.5, 4.0, 2.0])

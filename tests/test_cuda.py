@@ -5,8 +5,8 @@ tensors. Skipped where there is no GPU (the book's own machines); run on a GPU m
 import pytest
 import torch
 
-from resid import attribution, heads, patching
 from resid.model import Config, Transformer
+from resid.tools import attribution, heads, patching
 from resid.train import PRESETS, TrainConfig, train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

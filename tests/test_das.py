@@ -6,7 +6,8 @@ import torch
 from test_circuits import random_model
 from test_lrp import FAMILIES
 
-from resid import das, stats
+from resid import stats
+from resid.tools import das
 
 D = 16
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from resid import data
+from resid.model import data
 
 
 def test_pydoc_corpus_is_offline_and_large():

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from resid import dimensions
-from resid.heads import next_token_losses
 from resid.model import Config, Transformer
+from resid.tools import dimensions
+from resid.tools.heads import next_token_losses
 
 
 def tiny() -> Transformer:

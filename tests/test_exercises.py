@@ -9,11 +9,13 @@ import pandas as pd
 import pytest
 import torch
 
-from resid import book, exercises, plans, stats, tda
-from resid.behaviours import ContrastSet
-from resid.circuits import Head, all_heads, head_means
-from resid.metrics import LogitDiff
+from resid import book, stats
+from resid.book import exercises
 from resid.model import Config, Transformer, rotate_residual
+from resid.stats.metrics import LogitDiff
+from resid.tools import plans, tda
+from resid.tools.behaviours import ContrastSet
+from resid.tools.circuits import Head, all_heads, head_means
 
 
 def tiny(**overrides) -> Transformer:
@@ -321,7 +323,7 @@ def test_5_3():
 
 
 def test_6_1(model, tokens):
-    from resid import attribution
+    from resid.tools import attribution
 
     def grad_x_input(m, t, target, foil):
         score = attribution.prediction_score(m, t, target, foil)
@@ -341,7 +343,7 @@ def test_6_1(model, tokens):
 
 
 def test_6_4(model, tokens):
-    from resid import attribution
+    from resid.tools import attribution
 
     def head_dla(m, t, answers, foils, layer, head):
         final = m.resid_names()[-1]
@@ -512,7 +514,7 @@ def test_10_2(tokens):
     prompts = ContrastSet(["p"] * 3, tokens, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), tokens.flip(0))
     circuit, movers = [Head(3, 0), Head(3, 1), Head(2, 2)], [Head(3, 0)]
     means = head_means(model, prompts.counterfactual)
-    from resid.circuits import ablated_logit_diff
+    from resid.tools.circuits import ablated_logit_diff
 
     rest = [h for h in all_heads(model) if h not in [Head(3, 1), Head(2, 2)]]
     kept = ablated_logit_diff(model, prompts, rest, means).mean().item()
@@ -679,7 +681,7 @@ def test_8_4():
 
 
 def test_6_2(model, tokens):
-    from resid import attribution
+    from resid.tools import attribution
 
     prompt = tokens[:1]
     context = {

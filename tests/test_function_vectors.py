@@ -3,11 +3,10 @@ exactly what patching one head's last-position output does, and the prompts are 
 
 import torch
 
-from resid import function_vectors as fv
-from resid import hooks
-from resid.cache import act_name
-from resid.metrics import AnswerProbability
-from resid.model import Config, Transformer
+from resid.model import Config, Transformer, hooks
+from resid.model.cache import act_name
+from resid.stats.metrics import AnswerProbability
+from resid.tools import function_vectors as fv
 
 
 def tiny(**overrides) -> Transformer:

@@ -10,8 +10,8 @@ import torch
 from test_circuits import random_model
 from test_lrp import FAMILIES
 
-from resid import heads, neurons
-from resid.model import Config, Transformer
+from resid.model import Config, Transformer, readouts
+from resid.tools import heads, neurons
 
 
 def patterns_attending(offset: int, n: int = 6) -> torch.Tensor:
@@ -257,7 +257,7 @@ def test_last_position_outputs_average_each_heads_output_at_the_last_token_over_
 def test_last_position_logits_of_prompts_of_any_lengths_are_each_prompts_own_forward_pass():
     """Batched by length (three lengths, one of them twice), with and without an ablation: each row
     is what the prompt gives alone, and the answer's log-probability is its log-softmax entry."""
-    from resid import hooks
+    from resid.model import hooks
 
     torch.manual_seed(0)
     model = Transformer(Config(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_ctx=16)).eval()
@@ -345,7 +345,7 @@ def test_losses_unembedded_a_few_positions_at_a_time_are_the_whole_passs_from_an
     model = random_model(FAMILIES[family])
     if model.unembed is None:
         pytest.skip("an encoder without an LM head has no next-token loss")
-    monkeypatch.setattr(heads, "LOSS_CHUNK", 5)
+    monkeypatch.setattr(readouts, "LOSS_CHUNK", 5)
     tokens = torch.randint(0, model.cfg.vocab_size, (3, 9), generator=torch.Generator().manual_seed(2))
     ablation = heads.mean_ablation(model, tokens.flip(0), ["L0H1", "L1H0"])
     logits = model.run_with_hooks(tokens, ablation)[:, :-1]

@@ -5,8 +5,8 @@ reads held-out text closer to the model's output than the logit lens does."""
 import pytest
 import torch
 
-from resid import lenses
 from resid.model import Config, Transformer
+from resid.tools import lenses
 
 TINY = Config(
     vocab_size=64,

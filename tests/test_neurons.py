@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from resid import neurons
 from resid.model import Config, Transformer
-from resid.patching import LogitDiff
+from resid.tools import neurons
+from resid.tools.patching import LogitDiff
 
 
 def tiny(**overrides) -> Transformer:

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from resid.model import Config
-from resid.optim import RotatedAdamW, ScalarAdamW
 from resid.stats import haar_rotation
 from resid.train import TrainConfig, make_optimizer
+from resid.train.optim import RotatedAdamW, ScalarAdamW
 
 
 def quadratic(seed: int = 0, dtype: torch.dtype = torch.float32):

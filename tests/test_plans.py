@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from resid import plans
 from resid.model import Config, Transformer
+from resid.tools import plans
 
 N = 6
 

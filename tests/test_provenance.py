@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from resid import book, provenance
+from resid import book
+from resid.runtime import provenance
 
 
 def build(name, seconds, built_now, estimated=False):

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from resid import experiments, records
-from resid.train import PRESETS, TrainConfig, config_from_dict, train
+from resid.train import PRESETS, TrainConfig, config_from_dict, experiments, records, train
 
 REFERENCES = Path(__file__).parent / "records"
 TOLERANCE = 2e-3  # nats on every logged loss, and relative on the kurtosis after 6 steps

@@ -12,10 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-import resid.train
-from resid import records
+import resid.train.training
 from resid.model import Config
-from resid.train import TrainConfig, measure, run_history, train
+from resid.train import TrainConfig, measure, records, run_history, train
 
 TINY = TrainConfig(
     model=Config(d_model=32, n_layers=2, n_heads=2, d_mlp=64, n_ctx=32),
@@ -38,7 +37,7 @@ def empty_cache_and_forbid_training(monkeypatch, tmp_path, name: str) -> None:
     def no_training(*args, **kwargs):
         raise AssertionError("trained, although the record holds what was asked")
 
-    monkeypatch.setattr(resid.train, "_train_step", no_training)
+    monkeypatch.setattr(resid.train.training, "_train_step", no_training)
 
 
 def stream_statistics(model, tokens: torch.Tensor, boundary: int = 1) -> dict:
@@ -53,7 +52,7 @@ def test_a_small_run_comes_back_from_its_record_exactly_without_training(store, 
     key = TINY.key()
     assert records.json_path(key).exists() and records.weights_path(key).exists()
     record = json.loads(records.json_path(key).read_text())
-    assert record["config"] == json.loads(json.dumps(resid.train.asdict(TINY)))
+    assert record["config"] == json.loads(json.dumps(resid.train.training.asdict(TINY)))
     assert record["history"] == first.history and record["seconds"] > 0 and record["machine"]
     empty_cache_and_forbid_training(monkeypatch, store, "empty")
     again = train(TINY, progress=False)
@@ -68,14 +67,14 @@ def test_an_unfinished_checkpoint_does_not_shadow_a_finished_run_kept_whole(stor
     # a quick run elsewhere (its records in another folder) leaves a checkpoint of the same run,
     # stopped early, in the shared cache
     monkeypatch.setenv(records.ENV, str(store / "elsewhere"))
-    (resid.train.cache_dir() / "runs" / f"{TINY.key()}.pt").unlink()
+    (resid.train.training.cache_dir() / "runs" / f"{TINY.key()}.pt").unlink()
     train(TINY, progress=False, stop_after=6)
     monkeypatch.setenv(records.ENV, str(store / "records"))
 
     def no_training(*args, **kwargs):
         raise AssertionError("resumed the unfinished checkpoint instead of reading the record")
 
-    monkeypatch.setattr(resid.train, "_train_step", no_training)
+    monkeypatch.setattr(resid.train.training, "_train_step", no_training)
     again = train(TINY, progress=False)
     assert again.history == first.history
     for a, b in zip(again.model.state_dict().values(), first.model.state_dict().values(), strict=True):
@@ -86,7 +85,7 @@ def test_a_finished_checkpoint_of_another_run_neither_shadows_nor_rewrites_the_r
     first = train(TINY, progress=False)
     written = records.json_path(TINY.key()).read_bytes()
     # another machine's training of the same configuration, finished, left in the shared cache
-    checkpoint = resid.train.cache_dir() / "runs" / f"{TINY.key()}.pt"
+    checkpoint = resid.train.training.cache_dir() / "runs" / f"{TINY.key()}.pt"
     state = torch.load(checkpoint, weights_only=False)
     state["history"][0]["train_loss"] += 1.0
     state["model"] = {k: v + 0.01 if v.is_floating_point() else v for k, v in state["model"].items()}
@@ -137,7 +136,7 @@ def test_a_large_run_keeps_its_weights_at_half_precision_only_where_asked(store,
 def test_a_measurement_is_filed_under_its_code_and_its_inputs():
     tokens = torch.arange(8).view(2, 4)
     name = records.measurement_id(stream_statistics, {"tokens": tokens})
-    assert name.startswith("test_records.stream_statistics@")
+    assert name.startswith("stream_statistics@")  # the function, not where it lives
     assert records.measurement_id(stream_statistics, {"tokens": tokens.clone()}) == name
     assert records.measurement_id(stream_statistics, {"tokens": tokens + 1}) != name
     assert records.measurement_id(stream_statistics, {"tokens": tokens, "boundary": 2}) != name
@@ -176,8 +175,8 @@ def test_retraining_ignores_records_and_checkpoints_written_before_it(store, mon
     for path in [records.json_path(TINY.key()), records.weights_path(TINY.key()), first.path]:
         os.utime(path, (an_hour_ago, an_hour_ago))
     steps = []
-    step = resid.train._train_step
-    monkeypatch.setattr(resid.train, "_train_step", lambda *a, **k: steps.append(1) or step(*a, **k))
+    step = resid.train.training._train_step
+    monkeypatch.setattr(resid.train.training, "_train_step", lambda *a, **k: steps.append(1) or step(*a, **k))
     monkeypatch.setenv(records.RETRAIN_ENV, repr(time.time() - 1))
     again = train(TINY, progress=False)
     assert len(steps) == TINY.steps  # from scratch, not from the old checkpoint or record

@@ -65,7 +65,7 @@ def test_massive_activations_finds_planted_value():
 
 def test_the_rotation_control_is_not_a_models_own_rotation():
     # a residual stream that is heavy-tailed in a basis rotated by the model's built-in rotation
-    from resid import experiments
+    from resid.train import experiments
 
     heavy = torch.randn(2048, 64, generator=torch.Generator().manual_seed(0))
     heavy[:, :2] *= 10
@@ -117,8 +117,8 @@ def test_welch_interval_matches_scipy():
 
 
 def test_heaviest_reads_each_run_at_one_tensor_against_that_tensors_own_control():
-    from resid import experiments
     from resid.model import Config, Transformer
+    from resid.train import experiments
 
     torch.manual_seed(0)
     model = Transformer(Config(d_model=32, n_layers=3, n_heads=2, d_mlp=64, n_ctx=16, norm="basisfree"))
@@ -141,7 +141,7 @@ def test_rotation_claims_pair_by_seed_and_leave_a_ratio_with_a_non_positive_deno
     import numpy as np
     import pandas as pd
 
-    from resid import experiments
+    from resid.train import experiments
 
     seeds = (7, 8)
 

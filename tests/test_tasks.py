@@ -5,9 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from resid import plans, tasks
-from resid.data import ByteTokenizer
 from resid.model import Config, Transformer
+from resid.model.data import ByteTokenizer
+from resid.tools import plans, tasks
 
 TOKENIZER = ByteTokenizer()
 
@@ -172,7 +172,7 @@ class Request:
 
 
 def test_lm_eval_adapter_scores_agree_with_the_model(decoder):
-    from resid.lm_eval_adapter import PlanLM
+    from resid.tools.lm_eval_adapter import PlanLM
 
     lm = PlanLM(decoder, plans.reverse(4, 1, 2))
     context, continuation = "abc", "de"

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from resid import tda
 from resid.model import Config, Transformer, next_token_loss
+from resid.tools import tda
 
 TINY = Config(vocab_size=256, n_ctx=16, d_model=16, n_layers=1, n_heads=2, d_mlp=32)
 
@@ -75,7 +75,7 @@ def test_both_methods_rank_the_windows_that_hold_a_planted_string_first(method):
 
 
 def test_a_retraining_run_comes_back_from_its_record_without_training(monkeypatch, tmp_path):
-    from resid import records
+    from resid.train import records
 
     monkeypatch.setenv(records.ENV, str(tmp_path / "records"))
     monkeypatch.delenv(records.RETRAIN_ENV, raising=False)

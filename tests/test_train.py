@@ -4,9 +4,17 @@ import pytest
 import torch
 
 import resid
-from resid import records
 from resid.model import Config
-from resid.train import TrainConfig, evaluate, held_out_windows, lr_at, train, train_queue, window_losses
+from resid.train import (
+    TrainConfig,
+    evaluate,
+    held_out_windows,
+    lr_at,
+    records,
+    train,
+    train_queue,
+    window_losses,
+)
 
 TINY = TrainConfig(
     model=Config(d_model=32, n_layers=2, n_heads=2, d_mlp=64, n_ctx=32),
@@ -137,7 +145,7 @@ def test_every_optimizer_trains_the_model(monkeypatch, tmp_path, optimizer):
 
 
 def test_training_time_is_recorded_summed_over_sessions_and_reported_on_load(monkeypatch, tmp_path):
-    from resid import provenance
+    from resid.runtime import provenance
 
     monkeypatch.setenv("RESID_CACHE", str(tmp_path))
     monkeypatch.setattr(provenance, "BUILDS", [])
@@ -184,7 +192,7 @@ def test_compacted_run_loads_the_same_model_and_cannot_resume(monkeypatch, tmp_p
 
 
 def test_a_run_trained_on_another_device_is_timed_here_once(monkeypatch, tmp_path):
-    from resid import provenance
+    from resid.runtime import provenance
 
     monkeypatch.setenv("RESID_CACHE", str(tmp_path))
     monkeypatch.setattr(provenance, "BUILDS", [])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_loaders import tiny_hf, tiny_relative
 
-from resid.loaders import from_hf
+from resid.model.loaders import from_hf
 
 # Hook names whose meaning differs on purpose, with the reason; every other shared name must match.
 DIFFERENT_ON_PURPOSE = {  # for models with learned positions
@@ -23,7 +23,7 @@ TOKENS = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from resid.loaders import cache_dir, load
+    from resid.model.loaders import cache_dir, load
 
     load("smollm2-135m")  # converts once into the test cache; its tokenizer is all the bridge needs
     return AutoTokenizer.from_pretrained(Path(cache_dir()) / "models" / "smollm2-135m")

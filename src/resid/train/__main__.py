@@ -1,0 +1,5 @@
+"""``python -m resid.train``: see ``resid.train.training``."""
+
+from .training import main
+
+main()
