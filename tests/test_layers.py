@@ -228,3 +228,15 @@ def test_the_command_lines_run_from_their_layers():
 def test_each_layer_says_what_it_holds(layer):
     doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text()))
     assert doc and len(textwrap.dedent(doc).split()) > 15
+
+
+def test_the_status_still_finds_what_each_chapter_read_in_the_records():
+    """Executions before the move recorded the measurements they read under ids with a module
+    (``resid.experiments.analyse@...``); the status must still find them in the rewritten records."""
+    from resid import book
+
+    for name in ("kurtosis", "rmsnorm", "rotations", "adam", "heads", "patching", "tda"):
+        rerun = json.loads((book.CHAPTERS_OUT / f"{name}.json").read_text())["rerun"]
+        assert book.training_needed(rerun).endswith("training nothing"), (name, book.training_needed(rerun))
+    assert records.unqualified("resid.experiments.analyse@ab12:cd34") == "analyse@ab12:cd34"
+    assert records.unqualified("analyse@ab12:cd34") == "analyse@ab12:cd34"

@@ -164,7 +164,7 @@ def training_needed(rerun: dict) -> str:
             return False
         # a record rewritten by another chapter's retraining may have lost what this one read
         held = json.loads(path.read_text()).get("measurements", {}) if read.get(key) else {}
-        return all(name in held for name in read.get(key, []))
+        return all(records.unqualified(name) in held for name in read.get(key, []))
 
     missing = {key: seconds for key, seconds in runs.items() if not kept(key)}
     if not missing:

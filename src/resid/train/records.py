@@ -170,6 +170,14 @@ def measurement_id(fn, inputs: dict) -> str:
     return f"{fn.__qualname__}@{code_hash}:{digest.hexdigest()[:16]}"
 
 
+def unqualified(name: str) -> str:
+    """A measurement id as ``measurement_id`` writes it now, from one that may still carry its
+    function's module (``resid.experiments.analyse@...``, as executions before 2026-12-07 recorded
+    what they read): the function's name, its source hash and its inputs' hash are unchanged."""
+    function, at, rest = name.partition("@")
+    return function.rsplit(".", 1)[-1] + at + rest
+
+
 def measured(
     name: str,
     load: Callable[[], dict | None],
