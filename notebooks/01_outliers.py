@@ -128,7 +128,7 @@ ax.set(
 ax.legend(fontsize=9)
 plt.show()
 
-# %%
+# %% tags=["prose"]
 display(
     Markdown(
         f"The RMS over all entries grows from {rms[0]:.2g} at the embedding to {rms.max():.3g} "
@@ -185,7 +185,7 @@ ax.set(
 ax.legend()
 plt.show()
 
-# %%
+# %% tags=["prose"]
 blocks = slice(1, None)  # the blocks' outputs, without the embedding
 display(
     Markdown(
@@ -313,7 +313,7 @@ plt.show()
 # %%
 massive.style.format({"max |x|": "{:,.1f}", "max |x| / RMS": "{:,.0f}"}).hide(axis="index")
 
-# %%
+# %% tags=["prose"]
 peak_layer = int(massive["max |x|"].idxmax())
 peak_dim = int(massive.loc[peak_layer, "dim"])
 first_massive = (

@@ -202,7 +202,7 @@ sweep_table = pd.DataFrame(finals)
 sweep_table.style.format({"val loss": "{:.3f}", "max kurtosis": "{:.2f}", "rotated": "{:.2f}",
                           "max |x| / rms": "{:.1f}"}).hide(axis="index")  # fmt: skip
 
-# %%
+# %% tags=["prose"]
 peaks = blocks.groupby(["run", "step"])["kurtosis"].max().reset_index()
 peak_rows = peaks.loc[peaks.groupby("run", sort=False)["kurtosis"].idxmax()].set_index("run")
 final_rows = peaks.groupby("run", sort=False).last()
@@ -418,7 +418,7 @@ own.style.format("{:.2f}").hide(axis="index")
 # How far apart can two seeds of the same configuration land? The regime's seeds give the scale
 # against which the sweep's single-seed differences should be read.
 
-# %%
+# %% tags=["prose"]
 after_blocks = analysis[analysis.layer > 0]
 chosen = experiments.heaviest(analysis.assign(variant="regime"), "residual").set_index("seed")
 seed_cv = chosen["kurtosis"].std() / chosen["kurtosis"].mean() if len(seeds) > 1 else float("nan")

@@ -289,7 +289,7 @@ sns.heatmap(agreement, annot=True, fmt=".2f", cmap="viridis", vmin=-0.2, vmax=1,
 ax.set_title("rank agreement between methods (mean Spearman)")
 plt.show()
 
-# %%
+# %% tags=["prose"]
 with_occlusion = torch.tensor(
     [[a.loc[m, "occlusion"] for m in methods if m != "occlusion"] for a in per_prompt_agreement],
     dtype=torch.float64,

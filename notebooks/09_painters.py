@@ -221,7 +221,7 @@ for ax, matrix, title in [
 plt.tight_layout()
 plt.show()
 
-# %%
+# %% tags=["prose"]
 block = stats.bootstrap(middle_pairs(by_window, T), n_resamples, seed=seed).item()
 block_without = stats.bootstrap(middle_pairs(by_window_without, T), n_resamples, seed=seed).item()
 ledger.judge(
@@ -265,7 +265,7 @@ ax.set(yscale="log", xlabel="layer", ylabel="perplexity", title=f"{model_name}: 
 ax.legend(fontsize=9)
 plt.show()
 
-# %%
+# %% tags=["prose"]
 skip_ppl = dict(zip(layers_swept, ppl_skip, strict=True))
 inner = [i for i in layers_swept if 0 < i < T - 1]
 robust = [i for i in inner if skip_ppl[i] < 1.5 * full_sweep_ppl]
@@ -618,7 +618,7 @@ fig.suptitle(f"{encoder_name} ({Te} layers): variants of the middle layers")
 plt.tight_layout()
 plt.show()
 
-# %%
+# %% tags=["prose"]
 enc_agreement = enc_results[enc_results.variant != "full model"].groupby("variant")["agreement"].mean()
 display(Markdown(
     f"The full encoder ranks the paraphrase first for {enc_full['paraphrase ranking']:.1%} of "

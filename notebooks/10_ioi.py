@@ -152,7 +152,7 @@ ax.axhline(0, color="black", lw=0.8)
 ax.set(title="logit(IO) − logit(S) by template (bars: 95% bootstrap intervals over prompts)")
 plt.show()
 
-# %%
+# %% tags=["prose"]
 prefers_io = (diffs["held-out"] > 0).double()
 estimate, low, high = (v.item() for v in stats.bootstrap(prefers_io, seed=seed))
 ledger.judge(
@@ -1053,7 +1053,7 @@ print(f"{len(outliers)} scale-free outlier dimensions at boundary {das_boundary}
       f"(the absolute test would count {len(absolute)} of {d_model})")  # fmt: skip
 display(outlier_share.round(4))
 
-# %%
+# %% tags=["prose"]
 if len(outliers) == 0:
     outlier_note = "No coordinate is a scale-free outlier at this boundary, so the question is empty here."
 else:
@@ -1140,7 +1140,7 @@ ledger.checks_table()
 # %% [markdown]
 # **Takeaway.** The verdicts above are computed; the paragraph below is too.
 
-# %%
+# %% tags=["prose"]
 counts = pd.Series(ledger.verdicts).value_counts()
 display(
     Markdown(

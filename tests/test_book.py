@@ -757,3 +757,20 @@ def test_the_rotations_queue_trains_new_runs_first_and_retrains_those_whose_weig
     out = capsys.readouterr().out
     assert "rotations: 30 runs, 29 without a record" in out
     assert "1 recorded whose weights the chapter needs and this machine lacks" in out and "5.0 h" in out
+
+
+def test_no_executed_chapter_shows_a_cell_that_only_writes_its_prose():
+    """A code cell whose whole output is Markdown (a paragraph written from computed numbers) is
+    narrative: its code is collapsed (tag ``prose``), so the page reads as text."""
+    import nbformat
+
+    hidden = {"hide-input", "remove-input", "remove-cell", "hide-cell"}
+    shown = []
+    for name in book.chapters():
+        notebook = nbformat.read(book.CHAPTERS_OUT / f"{name}.ipynb", as_version=4)
+        for index, cell in enumerate(notebook.cells):
+            outputs = cell.get("outputs", [])
+            prose_only = outputs and all("text/markdown" in o.get("data", {}) for o in outputs)
+            if cell.cell_type == "code" and prose_only and not hidden & set(cell.metadata.get("tags", [])):
+                shown.append(f"{name} cell {index}: {cell.source.splitlines()[0][:60]}")
+    assert not shown, shown
