@@ -1,5 +1,5 @@
 # resid: make book [ALL=1] | make chapter CH=<name> [P="name=value ..."] [RETRAIN=1] | make test | make bench
-#        make status | make handouts | make lab | make wheel | make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
+#        make status | make handouts | make lab [FORCE=1] | make wheel | make serve [PORT=8000] | make publish (GitHub Pages, with ghp-import)
 #        make clean (build output only) | make restore-chapters (discards re-executed chapters and records)
 # Every target sets itself up first (a virtualenv in .venv, rebuilt only when the pins change).
 
@@ -43,9 +43,12 @@ handouts: setup
 wheel: setup
 	$(PY) -m resid.book wheel
 
-# The handouts in JupyterLab, on this machine only.
-lab: handouts
-	$(VENV)/bin/jupyter-lab --ip 127.0.0.1 book/handouts/chapters
+# The handouts in JupyterLab, on this machine only, from lab/ (git-ignored): each copied there
+# only where missing, so a student's work is never overwritten; FORCE=1 writes them afresh,
+# keeping each replaced copy in lab/replaced/.
+lab: setup
+	$(PY) -m resid.book lab $(if $(FORCE),--force)
+	$(VENV)/bin/jupyter-lab --ip 127.0.0.1 lab
 
 html: setup
 	$(PY) -m resid.book results
@@ -64,9 +67,11 @@ serve:
 	@test -f book/_build/html/index.html || { echo "no built book: run make book first"; exit 2; }
 	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory book/_build/html
 
-# The built HTML to the gh-pages branch of the repository's origin (GitHub Pages serves it).
+# The built HTML to the gh-pages branch of the repository's origin (GitHub Pages serves it), with
+# resid's wheel in its wheel/ folder: the handouts install it from there.
 publish: setup
 	@test -f book/_build/html/index.html || { echo "no built book: run make book first"; exit 2; }
+	$(PY) -m resid.book wheel --site book/_build/html
 	$(VENV)/bin/ghp-import --no-jekyll --push --force book/_build/html
 
 test: setup

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from html import unescape as html_unescape
 from pathlib import Path
 
@@ -360,6 +361,94 @@ def test_the_committed_handouts_are_the_chapters_handouts():
         ], f"{name}: the committed handout is stale; run `make handouts`"
 
 
+MYST = re.compile(r"\{[a-z]+(:[a-z]+)?\}`|^:::|^```\{|^\([\w-]+\)=\s*$", re.M)  # a role, a fence, a target
+
+
+def test_no_handout_shows_myst_markup():
+    """JupyterLab and Colab render a handout's Markdown as plain Markdown: every role and fence
+    of the chapter's MyST is resolved when the handout is written."""
+    for name in book.chapters():
+        cells = json.loads((book.HANDOUTS_OUT / "chapters" / f"{name}.ipynb").read_text())["cells"]
+        for cell in cells:
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "markdown":
+                assert not MYST.search(text), f"{name}: {MYST.search(text)[0]!r} in {text[:200]!r}"
+        opening = next(c for c in cells if c["cell_type"] == "markdown")
+        assert "\n> **" in "".join(opening["source"]), f"{name}: its opening box is not a blockquote"
+        assert "computed when the chapter runs" not in "".join(opening["source"]), name
+
+
+def test_myst_becomes_plain_markdown_and_an_unknown_role_fails():
+    from resid.book import handouts
+
+    references = {"a2020x": ("Ann et al.", "2020"), "b2021y": ("Bo and Cy", "2021")}
+    text = "\n".join([
+        "(claims-x)=",
+        ":::{admonition} What it found",
+        ":class: tip",
+        "**Result:** {glue:md}`result`, in {glue:text}`time` ({cite:p}`a2020x,b2021y`).",
+        "",
+        "As {cite:t}`a2020x` say; see {ref}`claims-x` and {ref}`the table <claims-x>`; {glue:text}`later`.",
+        ":::",
+    ])  # fmt: skip
+    plain = handouts.plain_markdown(text, {"result": "**3 reproduced**", "time": "4 min"}, references,
+                                    {"claims-x": "Claims, in “X”"})  # fmt: skip
+    assert plain.splitlines() == [
+        "> **What it found**",
+        ">",
+        "> **Result:** **3 reproduced**, in 4 min ((Ann et al., 2020; Bo and Cy, 2021)).",
+        ">",
+        "> As Ann et al. (2020) say; see Claims, in “X” and the table; (computed when the chapter runs).",
+    ]
+    with pytest.raises(ValueError, match="numref"):
+        handouts.plain_markdown("{numref}`fig-1`", {}, references, {})
+
+
+def test_make_lab_keeps_a_students_work_and_force_keeps_what_it_replaces(tmp_path, capsys):
+    from resid.book import handouts
+
+    work = tmp_path / "lab"
+    first = handouts.lab_copies(work)
+    assert len(first["written"]) == len(book.chapters()) and not first["kept"]
+    mine = work / "outliers.ipynb"
+    edited = mine.read_text().replace("raise NotImplementedError  # your code here", "return 3.0  # mine", 1)
+    assert edited != mine.read_text()
+    mine.write_text(edited)
+    again = handouts.lab_copies(work)
+    assert not again["written"] and mine.read_text() == edited  # a second `make lab` keeps it
+    (work / "tda.ipynb").unlink()
+    assert handouts.lab_copies(work)["written"] == [work / "tda.ipynb"]  # only what is missing
+    forced = handouts.lab_copies(work, force=True)
+    kept = dict(forced["replaced"])[mine]
+    assert kept.read_text() == edited and "return 3.0  # mine" not in mine.read_text()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "lab/outliers.ipynb"], cwd=ROOT)
+    assert ignored.returncode == 0, "lab/ must be git-ignored: a student's work is not the book's"
+
+
+def test_the_install_cell_names_the_published_wheel_and_refuses_a_bare_name(tmp_path):
+    from resid.book import handouts
+
+    config = tmp_path / "_config.yml"
+    config.write_text('repository:\n  url: "https://github.com/Some-One/resid-book"\n')
+    wheel = handouts.wheel_name()
+    assert handouts.handout_package(config) == f"https://some-one.github.io/resid-book/wheel/{wheel}"
+    config.write_text('html:\n  baseurl: "https://example.org/book"\nrepository:\n  url: ""\n')
+    assert handouts.handout_package(config) == f"https://example.org/book/wheel/{wheel}"
+    config.write_text('repository:\n  url: ""\n')
+    assert handouts.handout_package(config) is None
+    setup = handouts.HANDOUT_SETUP.format(package=None)
+    # run outside any resid (find_spec answers None), without pip: each refusal is one line
+    prelude = "import importlib.util\nimportlib.util.find_spec = lambda name: None\n"
+    for environ, message in (
+        ({}, "set RESID_PACKAGE"),
+        ({"RESID_PACKAGE": "resid"}, "neither a path nor a URL"),
+    ):
+        env = {k: v for k, v in os.environ.items() if k != "RESID_PACKAGE"} | environ
+        run = subprocess.run([sys.executable, "-c", prelude + setup], env=env, capture_output=True, text=True)
+        last = run.stderr.splitlines()[-1]
+        assert run.returncode != 0 and last.startswith("RuntimeError") and message in last, run.stderr
+
+
 def test_starter_cells_and_presentation_tags_keep_a_chapter_fresh_and_reach_its_pages(tmp_path):
     """A new exercise starter (never executed in the chapter) and a folded check table change
     how the chapter reads, not what it computes: it stays fresh, and refreshing its narrative
@@ -448,8 +537,10 @@ def test_a_handout_is_its_chapter_cell_for_cell_up_to_its_first_exercise(name):
     chapter.cells = [c for c in chapter.cells if QUICK_TAG not in c.metadata.get("tags", [])]
     first = first_exercise(notebook.cells)
     assert first == first_exercise(chapter.cells), "a solution comes before the first exercise"
-    pairs = zip(chapter.cells[:first], notebook.cells[:first], strict=True)
-    assert all((a.cell_type, a.source) == (b.cell_type, b.source) for a, b in pairs)
+    pairs = list(zip(chapter.cells[:first], notebook.cells[:first], strict=True))
+    assert all(a.cell_type == b.cell_type for a, b in pairs)
+    # the same code; the handout's Markdown is the chapter's made plain (test_no_handout_shows_myst_markup)
+    assert all(a.source == b.source for a, b in pairs if a.cell_type == "code")
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ import copy
 import math
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -546,6 +547,27 @@ def test_a_prediction_comes_first_and_the_answer_is_not_shown_before(capsys):
     assert exercises.check("8.2", math.log(256))
     shown = capsys.readouterr().out
     assert "You predicted 4.0" in shown and "5.55" in shown
+
+
+def test_a_wrong_prediction_is_called_off_beside_the_codes_tick(capsys):
+    exercises.predict("8.2", 1.0)  # the answer is log 256 = 5.55
+    assert exercises.check("8.2", math.log(256))  # the code is right: the check passes
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("✓ 8.2") and "prediction was off" in line
+    exercises.predict("8.2", 5.0)
+    assert exercises.check("8.2", math.log(256))
+    assert "prediction was right" in capsys.readouterr().out
+
+
+def test_a_prediction_is_judged_by_its_kind():
+    right = exercises.prediction_right
+    assert right(5.0, 5.55) and not right(3.0, 6.09) and right(0, 0.0) and not right(0.1, 0.0)
+    assert right(np.float64(2.0), torch.tensor(1.96)) and right("Yes", True) and not right("no", True)
+    assert right(" Rotated", "rotated") and not right("skip", "twice")
+    assert right(["SGD", "Muon"], {"Muon", "SGD"}) and not right({"SGD"}, {"SGD", "Muon"})
+    assert right((1, 0), (1.0, 0.0)) and not right((1, 0, 0), (1.0, 0.0))
+    assert right({"a": 1, "b": "yes"}, {"a": 1.1, "b": True}) and not right({"a": 1}, {"a": 1, "b": 9})
+    assert right("my guess", 515) is None and right(object(), 1.0) is None  # nothing said of these
 
 
 def test_a_stub_or_a_failing_answer_is_one_line(capsys):

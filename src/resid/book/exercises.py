@@ -127,7 +127,13 @@ def check(id: str, *answer, **context) -> bool:
         print(f"✗ {head}: your answer raised {type(error).__name__}: {error}")
         return False
     if ex.predicts:
-        message += f" You predicted {_predictions[id]!r}; the answer is {_shown(reference)}."
+        predicted = _predictions[id]
+        message += f" You predicted {predicted!r}; the answer is {_shown(reference)}."
+        right = prediction_right(predicted, reference)
+        if right is False:
+            message += " ✗ Your prediction was off: before going on, find what your reasoning missed."
+        elif right:
+            message += " Your prediction was right."
     print(f"✓ {head}: {message}")
     return True
 
@@ -140,6 +146,49 @@ def catalogue(chapter: int | None = None) -> pd.DataFrame:
         if chapter in (None, e.chapter)
     ]
     return pd.DataFrame(rows)
+
+
+PREDICTION_RTOL = 0.25  # a predicted number within 25% of the answer counts as right
+
+
+def prediction_right(predicted: object, reference: object, rtol: float = PREDICTION_RTOL) -> bool | None:
+    """Whether a prediction matches the answer: a number within ``rtol`` of it (relative), a
+    word or set the same (case aside; "yes"/"no" read as True/False), a pair or a dict right in
+    every entry. None where the two cannot be compared (the check then says nothing of it)."""
+    predicted, reference = _plain(predicted), _plain(reference)
+    if isinstance(reference, bool) or isinstance(predicted, bool):
+        words = {"yes": True, "true": True, "no": False, "false": False}
+        as_bool = [
+            words.get(str(v).strip().lower(), v) if isinstance(v, str) else v for v in (predicted, reference)
+        ]
+        return as_bool[0] == as_bool[1] if all(isinstance(v, bool) for v in as_bool) else None
+    if isinstance(reference, int | float) and isinstance(predicted, int | float):
+        if not math.isfinite(reference):
+            return predicted == reference
+        return abs(predicted - reference) <= rtol * abs(reference) + 1e-12
+    if isinstance(reference, str) and isinstance(predicted, str):
+        return predicted.strip().lower() == reference.strip().lower()
+    if isinstance(reference, set | frozenset) and isinstance(predicted, set | frozenset | list | tuple):
+        return {str(v).strip().lower() for v in predicted} == {str(v).strip().lower() for v in reference}
+    if isinstance(reference, dict) and isinstance(predicted, dict):
+        if set(map(str, predicted)) != set(map(str, reference)):
+            return False
+        by_name = {str(k): v for k, v in predicted.items()}
+        judged = [prediction_right(by_name[str(k)], v, rtol) for k, v in reference.items()]
+        return None if None in judged else all(judged)
+    if isinstance(reference, list | tuple) and isinstance(predicted, list | tuple):
+        if len(predicted) != len(reference):
+            return False
+        judged = [prediction_right(p, r, rtol) for p, r in zip(predicted, reference, strict=True)]
+        return None if None in judged else all(judged)
+    return None
+
+
+def _plain(value: object) -> object:
+    """A NumPy or torch scalar as the Python number it is; anything else as it is."""
+    if isinstance(value, np.generic | Tensor | np.ndarray) and np.ndim(value) == 0:
+        return value.item()
+    return value
 
 
 def _lookup(id: str) -> Exercise:

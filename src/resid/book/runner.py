@@ -52,7 +52,7 @@ from .freshness import (
     package_commit,
     training_needed,
 )
-from .handouts import build_wheel, write_handouts
+from .handouts import WHEEL_FOLDER, build_wheel, handout_package, lab_copies, write_handouts
 from .pages import build_html, results_page, write_readme_table
 from .parameters import (
     parse_parameters,
@@ -352,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("results", help="write the results overview page from the chapters' JSON files")
     handouts = sub.add_parser("handouts", help="write student notebooks without the solutions")
     handouts.add_argument("--out", type=Path, default=HANDOUTS_OUT)
-    sub.add_parser("wheel", help="build resid as a wheel in dist/, its criteria and run records bundled")
+    lab = sub.add_parser("lab", help="copy the handouts missing from lab/, never over a student's copy")
+    lab.add_argument("--force", action="store_true", help="write every one afresh; replaced copies kept")
+    wheel = sub.add_parser("wheel", help="build resid as a wheel in dist/, with its criteria and run records")
+    wheel.add_argument("--site", type=Path, metavar="HTML", help="build it into HTML/wheel/ of a built site")
     sub.add_parser("html", help="render the book; each chapter's notebook download is its handout")
     run = sub.add_parser("run", help="execute one chapter")
     run.add_argument("chapter")
@@ -380,10 +383,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[resid] README's chapter table -> {write_readme_table()}")
             return 0
         if args.command == "wheel":
-            print(f"[resid] wheel -> {build_wheel()}")
+            built = build_wheel(args.site / WHEEL_FOLDER if args.site else ROOT / "dist")
+            print(f"[resid] wheel -> {built}")
+            if args.site and (url := handout_package()):
+                print(f"[resid] the handouts install it from {url}")
             return 0
         if args.command == "html":
             print(f"[resid] open {build_html() / 'index.html'} (each chapter's download is its handout)")
+            return 0
+        if args.command == "lab":
+            done = lab_copies(force=args.force)
+            for path, kept in done["replaced"]:
+                print(f"[resid] replaced {path}; your copy is kept as {kept}")
+            new = len(done["written"]) - len(done["replaced"])
+            print(f"[resid] lab/: {new} handouts copied, {len(done['replaced'])} replaced, "
+                  f"{len(done['kept'])} of yours kept (FORCE=1 writes them afresh)")  # fmt: skip
             return 0
         if args.command == "handouts":
             for path in write_handouts(args.out):
