@@ -13,15 +13,9 @@
 # %% [markdown]
 # # Outliers and kurtosis in a pretrained LM
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the measurements that open {cite:t}`elhage2023privileged`: outlier dimensions
-# per layer by {cite:t}`dettmers2022llmint8`'s definition, the kurtosis metric with its
-# random-rotation control, and the massive activations of {cite:t}`sun2024massive`, on the
-# pretrained SmolLM2-135M {cite:p}`allal2025smollm2`. Each claim is judged against a criterion
-# in `notebooks/criteria/outliers.toml`, with a bootstrap interval over the text windows read,
-# then again in a confirmatory round: on new windows, and on Gemma-3-270M
-# {cite:p}`gemmateam2025gemma3`, against criteria committed before that round first ran.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -31,9 +25,15 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the measurements that open {cite:t}`elhage2023privileged`: outlier dimensions
+# per layer by {cite:t}`dettmers2022llmint8`'s definition, the kurtosis metric with its
+# random-rotation control, and the massive activations of {cite:t}`sun2024massive`, on the
+# pretrained SmolLM2-135M {cite:p}`allal2025smollm2`. Each claim is judged against a criterion
+# in `notebooks/criteria/outliers.toml`, with a bootstrap interval over the text windows read,
+# then again in a confirmatory round: on new windows, and on Gemma-3-270M
+# {cite:p}`gemmateam2025gemma3`, against criteria committed before that round first ran.
 #
 # **The claim.** {cite:t}`elhage2023privileged`, *Privileged Bases in the Transformer Residual
 # Stream*, start from an observation of {cite:t}`dettmers2022llmint8`: in trained
@@ -655,7 +655,7 @@ display(Markdown(
     )
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     **{
         "model": model_name,

@@ -13,17 +13,9 @@
 # %% [markdown]
 # # Kurtosis: when does a small model grow a privileged basis?
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the central measurement of {cite:t}`elhage2023privileged` (residual-stream
-# kurtosis far above 3, a randomly rotated copy at 3) in byte-level decoders trained here, and
-# finds the smallest CPU training regime where it appears, by a sweep over the levers the paper
-# and {cite:t}`he2024outliers` point to. The regime found is then confirmed on five seeds that
-# did not choose it, each claim against the criterion in `notebooks/criteria/kurtosis.toml`. That
-# file was committed after an earlier execution of this chapter had shown the regime's seeds 0-2
-# (its header lists what had been seen), so these verdicts are exploratory. A confirmatory round
-# then replicates them on five fresh seeds (201-205), against criteria committed before any of
-# those runs trained.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -33,9 +25,17 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the central measurement of {cite:t}`elhage2023privileged` (residual-stream
+# kurtosis far above 3, a randomly rotated copy at 3) in byte-level decoders trained here, and
+# finds the smallest CPU training regime where it appears, by a sweep over the levers the paper
+# and {cite:t}`he2024outliers` point to. The regime found is then confirmed on five seeds that
+# did not choose it, each claim against the criterion in `notebooks/criteria/kurtosis.toml`. That
+# file was committed after an earlier execution of this chapter had shown the regime's seeds 0-2
+# (its header lists what had been seen), so these verdicts are exploratory. A confirmatory round
+# then replicates them on five fresh seeds (201-205), against criteria committed before any of
+# those runs trained.
 #
 # **The claim.** {cite:t}`elhage2023privileged` saw outlier dimensions and a kurtosis far above 3 in a
 # 200M-parameter model after about a billion tokens, and a rotated copy of the same activations
@@ -581,7 +581,7 @@ display(Markdown(
     "chapter's answer."
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     regime=regime.key(),

@@ -13,16 +13,9 @@
 # %% [markdown]
 # # RMSNorm: is LayerNorm to blame?
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the LayerNorm experiment of {cite:t}`elhage2023privileged`: the same model
-# trained with LayerNorm, with RMSNorm (per-channel gain) and with a basis-free norm (no mean
-# subtraction, one scalar gain), five seeds each, compared on held-out loss and on the kurtosis
-# of the residual stream against its rotated control, each claim against the criterion in
-# `notebooks/criteria/rmsnorm.toml`. That file was committed after this chapter's first execution
-# had shown the runs, so these verdicts are exploratory. A confirmatory round replicates each
-# claim on five fresh seeds (201-205), against criteria committed before any of those runs
-# trained.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -32,9 +25,16 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the LayerNorm experiment of {cite:t}`elhage2023privileged`: the same model
+# trained with LayerNorm, with RMSNorm (per-channel gain) and with a basis-free norm (no mean
+# subtraction, one scalar gain), five seeds each, compared on held-out loss and on the kurtosis
+# of the residual stream against its rotated control, each claim against the criterion in
+# `notebooks/criteria/rmsnorm.toml`. That file was committed after this chapter's first execution
+# had shown the runs, so these verdicts are exploratory. A confirmatory round replicates each
+# claim on five fresh seeds (201-205), against criteria committed before any of those runs
+# trained.
 #
 # **The claim.** LayerNorm is the one standard operation in a transformer that looks at the
 # residual stream's coordinates: it subtracts their mean (a dot product with $(1,\dots,1)/d$)
@@ -465,7 +465,7 @@ display(
     )
 )
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     regime=base.key(),

@@ -13,18 +13,9 @@
 # %% [markdown]
 # # Rotations
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the rotation experiments of {cite:t}`elhage2023privileged`: the forward pass
-# of a basis-free model is invariant under a rotation of every weight, in 32-bit and in 16-bit
-# arithmetic; models trained with a shared rotation or independent rotations on every residual
-# read and write learn as well, and their residual stream loses its heavy tails while the shared
-# model's computation basis keeps them. Five seeds each, every claim against the criterion in
-# `notebooks/criteria/rotations.toml`, committed after this chapter's first execution had shown the
-# runs: exploratory verdicts, not pre-registered ones. A **confirmatory round** then judges every
-# claim again on five fresh seeds (501-505), against criteria committed before any of its runs
-# trained; where the two rounds differ, the confirmatory verdict is the chapter's answer. Then the
-# rotation trick of {cite:t}`ashkboos2024quarot` on the pretrained SmolLM2.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -37,9 +28,18 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the rotation experiments of {cite:t}`elhage2023privileged`: the forward pass
+# of a basis-free model is invariant under a rotation of every weight, in 32-bit and in 16-bit
+# arithmetic; models trained with a shared rotation or independent rotations on every residual
+# read and write learn as well, and their residual stream loses its heavy tails while the shared
+# model's computation basis keeps them. Five seeds each, every claim against the criterion in
+# `notebooks/criteria/rotations.toml`, committed after this chapter's first execution had shown the
+# runs: exploratory verdicts, not pre-registered ones. A **confirmatory round** then judges every
+# claim again on five fresh seeds (501-505), against criteria committed before any of its runs
+# trained; where the two rounds differ, the confirmatory verdict is the chapter's answer. Then the
+# rotation trick of {cite:t}`ashkboos2024quarot` on the pretrained SmolLM2.
 #
 # **The claims.** {cite:t}`elhage2023privileged` argue that nothing in a transformer's forward pass
 # prefers the standard basis of the residual stream, once LayerNorm is replaced by a basis-free
@@ -662,7 +662,7 @@ display(Markdown(
     "paper's billion tokens."
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     regime=base.key(),
     seeds=list(seeds),

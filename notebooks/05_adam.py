@@ -13,15 +13,9 @@
 # %% [markdown]
 # # Is it Adam? A design with the power to answer
 #
-# :::{admonition} What this chapter tests, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Tests** the follow-up {cite:t}`elhage2023privileged` proposed and never ran (is Adam's
-# per-coordinate normaliser what picks the privileged basis?) at learning rates where AdamW's
-# privileged basis is clearly present, against an Adam that normalises by one scalar per matrix
-# and so cannot prefer any basis, with every comparison paired by seed and read at equal loss.
-# Its criteria (`notebooks/criteria/adam.toml`, first committed beside the chapter's draft) were
-# committed before any of its runs trained; the results page reads from the history which
-# verdicts that makes confirmatory.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -31,9 +25,15 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter tests** the follow-up {cite:t}`elhage2023privileged` proposed and never ran (is Adam's
+# per-coordinate normaliser what picks the privileged basis?) at learning rates where AdamW's
+# privileged basis is clearly present, against an Adam that normalises by one scalar per matrix
+# and so cannot prefer any basis, with every comparison paired by seed and read at equal loss.
+# Its criteria (`notebooks/criteria/adam.toml`, first committed beside the chapter's draft) were
+# committed before any of its runs trained; the results page reads from the history which
+# verdicts that makes confirmatory.
 #
 # **The claim.** A model whose every parameter is basis-free (the RMSNorm chapter's basis-free
 # norm: no per-coordinate gain anywhere) still grows heavy-tailed coordinates under Adam. The
@@ -613,7 +613,7 @@ else:
     answer += " With fewer than two powered rates the design does not answer the question."
 display(Markdown(f"**Takeaways.** {answer}"))
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     base=base.key(),

@@ -13,16 +13,9 @@
 # %% [markdown]
 # # Attribution: which tokens and which components a prediction rests on
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the attribution methods of {cite:t}`ferrando2024primer` (sections on input
-# attribution and on component attribution): gradient, gradient × input, integrated gradients
-# {cite:p}`sundararajan2017ig`, occlusion and contrastive attribution
-# {cite:p}`yin2022contrastive`; the direct logit attribution and the logit lens
-# {cite:p}`nostalgebraist2020logitlens`, on SmolLM2's indirect-object identification
-# {cite:p}`wang2023ioi` and capital cities, with a second round on new prompts and on
-# Gemma-3-270M. Which claims are confirmatory (criterion committed before any result it judges)
-# and which exploratory is on the results page, read from the repository's history.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -31,9 +24,16 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the attribution methods of {cite:t}`ferrando2024primer` (sections on input
+# attribution and on component attribution): gradient, gradient × input, integrated gradients
+# {cite:p}`sundararajan2017ig`, occlusion and contrastive attribution
+# {cite:p}`yin2022contrastive`; the direct logit attribution and the logit lens
+# {cite:p}`nostalgebraist2020logitlens`, on SmolLM2's indirect-object identification
+# {cite:p}`wang2023ioi` and capital cities, with a second round on new prompts and on
+# Gemma-3-270M. Which claims are confirmatory (criterion committed before any result it judges)
+# and which exploratory is on the results page, read from the repository's history.
 #
 # **The claims.** The *Primer* of {cite:t}`ferrando2024primer` sorts the ways of localising a prediction
 # into two families. *Input attribution* scores each input token: the gradient's norm,
@@ -928,7 +928,7 @@ display(Markdown(
     "the claim is judged in the [Lenses](lenses) chapter, with a tuned lens and before the last block."
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     model=model_name,

@@ -13,13 +13,9 @@
 # %% [markdown]
 # # Patching: causal interventions, paths and circuits
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the causal methods of {cite:t}`ferrando2024primer`: activation patching with
-# zero, mean, resample and noise interventions under logit-difference and KL metrics, path
-# patching, and circuit discovery by edge attribution patching {cite:p}`nanda2023attribution,syed2023eap`
-# against exact patching and ACDC {cite:p}`conmy2023acdc`, on SmolLM2's indirect-object
-# identification {cite:p}`wang2023ioi` and a two-layer induction model trained here.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -28,9 +24,13 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the causal methods of {cite:t}`ferrando2024primer`: activation patching with
+# zero, mean, resample and noise interventions under logit-difference and KL metrics, path
+# patching, and circuit discovery by edge attribution patching {cite:p}`nanda2023attribution,syed2023eap`
+# against exact patching and ACDC {cite:p}`conmy2023acdc`, on SmolLM2's indirect-object
+# identification {cite:p}`wang2023ioi` and a two-layer induction model trained here.
 #
 # **The claims.** Attribution says what a prediction *correlates* with; the Primer's causal
 # methods change an activation and watch the output. *Activation patching* replaces one
@@ -912,7 +912,7 @@ display(Markdown(
        else "no late head meets the role rule's definition of a name mover on these prompts.")
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     model=model_name,

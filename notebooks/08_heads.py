@@ -13,17 +13,9 @@
 # %% [markdown]
 # # Heads and the residual stream: what components do
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the component behaviours surveyed by {cite:t}`ferrando2024primer`:
-# previous-token, duplicate-token and induction heads {cite:p}`olsson2022induction`, OV and QK
-# circuits {cite:p}`elhage2021framework`, copy suppression {cite:p}`mcdougall2023copy`, the
-# direct path as bigram statistics, and the outsized effect of outlier dimensions
-# {cite:p}`kovaleva2021busters,puccetti2022frequency`, on SmolLM2 and on small models trained
-# here. Each claim is judged against a criterion in `notebooks/criteria/heads.toml`, with a
-# t-interval over the trained models' seeds or a bootstrap over SmolLM2's sequences and windows.
-# Those criteria were written after earlier executions had shown the numbers (exploratory); a
-# confirmatory round on fresh seeds, new sequences and windows, and Gemma-3-270M decides them.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -34,9 +26,17 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the component behaviours surveyed by {cite:t}`ferrando2024primer`:
+# previous-token, duplicate-token and induction heads {cite:p}`olsson2022induction`, OV and QK
+# circuits {cite:p}`elhage2021framework`, copy suppression {cite:p}`mcdougall2023copy`, the
+# direct path as bigram statistics, and the outsized effect of outlier dimensions
+# {cite:p}`kovaleva2021busters,puccetti2022frequency`, on SmolLM2 and on small models trained
+# here. Each claim is judged against a criterion in `notebooks/criteria/heads.toml`, with a
+# t-interval over the trained models' seeds or a bootstrap over SmolLM2's sequences and windows.
+# Those criteria were written after earlier executions had shown the numbers (exploratory); a
+# confirmatory round on fresh seeds, new sequences and windows, and Gemma-3-270M decides them.
 #
 # **The claims.** The Primer's survey of findings (section 5) lists what individual heads and
 # the residual stream are known to do: *previous-token* and *duplicate-token* heads, and
@@ -864,7 +864,7 @@ display(Markdown(
     + " the token it attends to; it is a copy-suppression head only where both agree."
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     **{
         "quick": quick,

@@ -13,16 +13,9 @@
 # %% [markdown]
 # # Transformer layers as painters
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the eight questions of {cite:t}`sun2024painters`: hidden-state similarity
-# between layers; skipping, repeating the middle layer, reversing, shuffling, running in
-# parallel and looped parallel; on a decoder (SmolLM2-135M) and an encoder (all-MiniLM-L6-v2
-# {cite:p}`wang2020minilm`), on semantic tasks and step-by-step tasks. Its criteria were written
-# after earlier executions (exploratory verdicts); a **confirmatory round** then judges every
-# claim again on new items in one task format, against criteria committed before its code, and
-# three headline claims on Gemma-3-270M. Where the two rounds differ, the confirmatory verdict is
-# the chapter's answer.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -31,9 +24,16 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the eight questions of {cite:t}`sun2024painters`: hidden-state similarity
+# between layers; skipping, repeating the middle layer, reversing, shuffling, running in
+# parallel and looped parallel; on a decoder (SmolLM2-135M) and an encoder (all-MiniLM-L6-v2
+# {cite:p}`wang2020minilm`), on semantic tasks and step-by-step tasks. Its criteria were written
+# after earlier executions (exploratory verdicts); a **confirmatory round** then judges every
+# claim again on new items in one task format, against criteria committed before its code, and
+# three headline claims on Gemma-3-270M. Where the two rounds differ, the confirmatory verdict is
+# the chapter's answer.
 #
 # **The claim.** {cite:t}`sun2024painters`, *Transformer Layers as Painters*, picture
 # a frozen transformer as an assembly line of painters passing a canvas along: each layer reads
@@ -938,7 +938,7 @@ display(Markdown(
                  if row["id"] in confirmatory)
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 chapter_results = ledger.results(
     **{
         "model": model_name,

@@ -13,15 +13,9 @@
 # %% [markdown]
 # # The IOI circuit of SmolLM2
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the worked example of {cite:t}`ferrando2024primer`: the indirect-object
-# identification circuit that {cite:t}`wang2023ioi` found in GPT-2 small, reconstructed in
-# SmolLM2 with the evidence the Primer describes for each role, validated on sentences it was
-# not found on, and found again by circuit discovery (ACDC {cite:p}`conmy2023acdc`, EAP
-# {cite:p}`syed2023eap` and EAP with integrated gradients {cite:p}`hanna2024faith`); then
-# the Primer's methods for neurons {cite:p}`geva2022promoting` and attention
-# {cite:p}`kobayashi2020attention`, and SmoothGrad {cite:p}`smilkov2017smoothgrad`.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -30,9 +24,15 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the worked example of {cite:t}`ferrando2024primer`: the indirect-object
+# identification circuit that {cite:t}`wang2023ioi` found in GPT-2 small, reconstructed in
+# SmolLM2 with the evidence the Primer describes for each role, validated on sentences it was
+# not found on, and found again by circuit discovery (ACDC {cite:p}`conmy2023acdc`, EAP
+# {cite:p}`syed2023eap` and EAP with integrated gradients {cite:p}`hanna2024faith`); then
+# the Primer's methods for neurons {cite:p}`geva2022promoting` and attention
+# {cite:p}`kobayashi2020attention`, and SmoothGrad {cite:p}`smilkov2017smoothgrad`.
 #
 # **The claims.** In "When Mary and John went to the store, John gave a drink to", GPT-2 small
 # predicts " Mary" with a circuit of heads in classes: *duplicate-token* and *induction* heads
@@ -1159,7 +1159,7 @@ display(
     )
 )
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     model=model_name,

@@ -13,18 +13,9 @@
 # %% [markdown]
 # # The catalogue: head kinds, neuron kinds and the residual stream's bookkeeping
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** part of the catalogue of inner behaviours that closes
-# {cite:t}`ferrando2024primer` (section 5): positional, subword-joiner, syntactic, copying and
-# successor heads {cite:p}`gould2023successor`, memory management by heads and neurons, neurons that fire
-# over a range of positions {cite:p}`voita2024neurons`, neurons that tell the task of a prompt or
-# stand for a concept, the anisotropy that outlier dimensions
-# make {cite:p}`timkey2021rogue`, and the last layers' frequency bias
-# {cite:p}`kobayashi2023frequency`, on two pretrained models: SmolLM2-135M
-# {cite:p}`allal2025smollm2` and Gemma-3-270M {cite:p}`gemmateam2025gemma3`. Each claim is judged
-# against a criterion in `notebooks/criteria/catalogue.toml`, committed before any of its
-# measurements, with a bootstrap interval over text windows or items.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -34,9 +25,18 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** part of the catalogue of inner behaviours that closes
+# {cite:t}`ferrando2024primer` (section 5): positional, subword-joiner, syntactic, copying and
+# successor heads {cite:p}`gould2023successor`, memory management by heads and neurons, neurons that fire
+# over a range of positions {cite:p}`voita2024neurons`, neurons that tell the task of a prompt or
+# stand for a concept, the anisotropy that outlier dimensions
+# make {cite:p}`timkey2021rogue`, and the last layers' frequency bias
+# {cite:p}`kobayashi2023frequency`, on two pretrained models: SmolLM2-135M
+# {cite:p}`allal2025smollm2` and Gemma-3-270M {cite:p}`gemmateam2025gemma3`. Each claim is judged
+# against a criterion in `notebooks/criteria/catalogue.toml`, committed before any of its
+# measurements, with a bootstrap interval over text windows or items.
 #
 # **The claims.** The Primer's survey lists what individual components of a language model have
 # been found to do. Among the heads: *positional heads* that attend to the token itself or the
@@ -2050,7 +2050,7 @@ for row in successor_rows:
     )
 display(Markdown("\n".join(f"- {note}" for note in notes)))
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     models=list(models),

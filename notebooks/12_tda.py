@@ -13,14 +13,9 @@
 # %% [markdown]
 # # Training data attribution, checked by retraining
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the training data attribution methods of {cite:t}`ferrando2024primer` (section
-# 3.1): TracIn {cite:p}`pruthi2020tracin` and influence functions {cite:p}`koh2017influence`,
-# on small byte-level models the book trains itself, where what an attribution predicts can be
-# checked by training again without the windows it names. Each claim is judged against a
-# criterion in `notebooks/criteria/tda.toml`, committed before the chapter first ran, with an
-# interval over test windows (averaged over model seeds) or over planted-string prompts.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -31,9 +26,14 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the training data attribution methods of {cite:t}`ferrando2024primer` (section
+# 3.1): TracIn {cite:p}`pruthi2020tracin` and influence functions {cite:p}`koh2017influence`,
+# on small byte-level models the book trains itself, where what an attribution predicts can be
+# checked by training again without the windows it names. Each claim is judged against a
+# criterion in `notebooks/criteria/tda.toml`, committed before the chapter first ran, with an
+# interval over test windows (averaged over model seeds) or over planted-string prompts.
 #
 # **The question.** A language model predicts a continuation: which of its training examples
 # does that prediction rest on? *Training data attribution* answers with one score per training
@@ -488,7 +488,7 @@ display(Markdown(
     f"share {agreement['top-k overlap'].mean():.0%} of their top {k_removed}."
 ))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     seeds=list(seeds),

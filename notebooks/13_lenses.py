@@ -13,13 +13,9 @@
 # %% [markdown]
 # # Lenses: when does the answer appear?
 #
-# :::{admonition} What this chapter reproduces, and how to rerun it
+# :::{admonition} What this chapter found, and how to rerun it
 # :class: tip
-# **Reproduces** the tuned lens of {cite:t}`belrose2023tuned` against the logit lens
-# {cite:p}`nostalgebraist2020logitlens`, two of the vocabulary-space decoders in
-# {cite:t}`ferrando2024primer` (section 4), on SmolLM2-135M and Gemma-3-270M. Each claim is
-# judged against a criterion in `notebooks/criteria/lenses.toml`, committed before the chapter
-# first ran, with a bootstrap interval over held-out text windows or over prompts.
+# **Result:** {glue:md}`chapter_result`
 #
 # **Rerun:** {glue:md}`rerun_command`
 #
@@ -29,9 +25,13 @@
 #
 # **Executed** {glue:text}`executed_on`, with `src/resid` at commit
 # {glue:text}`executed_commit`.
-#
-# **Result:** {glue:md}`chapter_result`
 # :::
+#
+# **This chapter reproduces** the tuned lens of {cite:t}`belrose2023tuned` against the logit lens
+# {cite:p}`nostalgebraist2020logitlens`, two of the vocabulary-space decoders in
+# {cite:t}`ferrando2024primer` (section 4), on SmolLM2-135M and Gemma-3-270M. Each claim is
+# judged against a criterion in `notebooks/criteria/lenses.toml`, committed before the chapter
+# first ran, with a bootstrap interval over held-out text windows or over prompts.
 #
 # **The question.** The residual stream after block $l$ is a partial sum of the writes that
 # make the prediction. Read it out early and you see the prediction forming. The *logit lens*
@@ -421,7 +421,7 @@ for task, prefix in (("capital", "capital"), ("IOI", "ioi")):
     )
 display(Markdown("\n".join(lines)))  # fmt: skip
 
-# %%
+# %% tags=["record"]
 results = ledger.results(
     quick=quick,
     models=list(models),

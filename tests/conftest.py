@@ -28,7 +28,7 @@ def render(site) -> None:
 
     book.results_page(site / "chapters", toc=site / "_toc.yml")
     course_page(site / "chapters")
-    book.write_handouts(site / "handouts")
+    book.write_handouts(site / "handouts", executed=site / "chapters")
     book.build_html(site, strict=True)
 
 

@@ -221,9 +221,36 @@ def test_pages_read_like_a_book(chapter_pages):
         text = page.eval_on_selector("article", TEXT_OUTSIDE_CODE_AND_MATH)
         where = text.find("$")
         assert where < 0, f"{name}: raw $ in {text[max(0, where - 60) : where + 60]!r}"
-        widths = page.eval_on_selector_all(
-            "article table",
-            "els => els.map(e => [e.getBoundingClientRect().width, e.closest('article').clientWidth])",
-        )
-        wide = [round(w) for w, column in widths if w > column + 1]
-        assert not wide, f"{name}: tables wider than the {round(widths[0][1])} px text column: {wide}"
+        assert not tables_wider_than_the_text(page), f"{name}: {tables_wider_than_the_text(page)}"
+
+
+# A table's width: its box, and what it holds (a table that scrolls sideways inside the column
+# hides its last columns, the verdict among them, as surely as one that overflows).
+TABLE_WIDTHS = """els => els.map(e => [Math.max(e.getBoundingClientRect().width, e.scrollWidth),
+                                     e.closest('article').clientWidth])"""
+
+
+def tables_wider_than_the_text(page) -> list[str]:
+    widths = page.eval_on_selector_all("article table", TABLE_WIDTHS)
+    return [
+        f"a table {round(w)} px wide in a {round(column)} px column" for w, column in widths if w > column + 1
+    ]
+
+
+def test_the_results_page_fits_the_text_column_with_each_verdict_in_sight(site, browser):
+    _, base = site
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = open_page(context, f"{base}/chapters/results.html")
+    assert page.locator("article table").count() >= 4
+    assert not tables_wider_than_the_text(page), tables_wider_than_the_text(page)
+    headers = page.eval_on_selector_all("article table thead tr", "els => els.map(e => e.innerText)")
+    assert sum("verdict" in h and "registered" in h for h in headers) >= 3, headers
+    context.close()
+
+
+def test_every_opening_box_starts_with_its_result(chapter_pages):
+    for name, page in chapter_pages.items():
+        box = page.locator("article .admonition").first
+        first = box.locator("p:not(.admonition-title)").first.inner_text().strip()
+        assert first.startswith("Result:") and len(first.split()) > 8, f"{name}: its box opens {first[:80]!r}"
+        assert "rerun" in box.locator(".admonition-title").inner_text().lower(), name

@@ -68,10 +68,14 @@ def test_results_page_has_a_linked_row_per_claim_and_names_unexecuted_chapters(t
     page = book.results_page(tmp_path, toc=toc).read_text()
     # each row shows its criterion and its registration (these rows carry no id: unknown)
     row = (
-        "| {ref}`outliers <claims-outliers>` | kurtosis > 3 | far above | 36–219 | k > 3 | unknown "
-        "| **reproduced** |"
+        "| {ref}`outliers <claims-outliers>`: kurtosis > 3<br><small>paper: far above · ours: 36–219 · "
+        'criterion: k > 3</small> | <span class="nowrap">**reproduced**</span> | '
+        '<span class="nowrap">unknown</span> |'
     )
     assert row in page
+    # three columns a row, the verdict second: it stays inside the text column
+    rows = [line for line in page.splitlines() if line.startswith("| {ref}`outliers <claims-outliers>`:")]
+    assert len(rows) == 2 and all(r.replace("\\|", "").count("|") == 4 for r in rows), rows
     assert "By registration: **unknown** 2 (1 reproduced, 1 partly)." in page
     assert "a \\| b" in page  # a pipe inside a cell does not split the row
     assert "not executed yet: `make chapter CH=kurtosis`" in page
@@ -146,7 +150,36 @@ def test_a_claim_that_repeats_another_measurement_is_shown_and_not_counted(tmp_p
     page = book.results_page(tmp_path, toc=toc, repeats=repeats).read_text()
     assert "Verdicts over all chapters: 1 reproduced." in page
     assert "1 more rows repeat another claim's measurement and are not counted" in page
-    shown = "| worst of all | p | 0.07 [0.06, 0.09] | > 0 | unknown | reproduced (repeats `worse_than_skip`"
-    assert shown + ": not counted) |" in page
+    shown = "worst of all<br><small>paper: p · ours: 0.07 [0.06, 0.09] · criterion: > 0</small> | "
+    shown += '<span class="nowrap">'
+    assert (
+        shown
+        + 'reproduced</span> (repeats `worse_than_skip`: not counted) | <span class="nowrap">unknown</span> |'
+        in page
+    )
     unlisted = book.results_page(tmp_path, toc=toc, repeats={}).read_text()
     assert "Verdicts over all chapters: 2 reproduced." in unlisted
+
+
+def test_a_chapters_environment_records_the_peak_memory_its_kernel_needed():
+    before = provenance.peak_memory_mb()
+    ballast = bytearray(200 * 1024 * 1024)  # 200 MB, touched: the peak can only have grown
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    assert provenance.environment()["peak_memory_mb"] >= max(before, 200)
+    del ballast
+
+
+def test_the_course_page_says_where_each_measured_handout_fits(tmp_path):
+    from resid.book import course
+
+    measured = tmp_path / "memory.json"
+    run = {"quick": True, "seconds": 77, "error": None, "machine": "a test machine"}
+    filed = {"outliers": run | {"peak_memory_mb": 4109.1}, "kurtosis": run | {"peak_memory_mb": 573.0},
+             "tda": run | {"peak_memory_mb": None, "error": "KeyError: 'x'"}}  # fmt: skip
+    measured.write_text(json.dumps(filed))
+    lines = course.memory_table(measured)
+    assert "| [outliers](outliers) | 4.0 GB | 77 s | **too big** | fits |" in lines
+    assert "| [kurtosis](kurtosis) | 0.6 GB | 77 s | fits | fits |" in lines
+    assert any(line.startswith("| tda | failed: KeyError") for line in lines)
+    assert "quick runs" in lines[0] and "a test machine" in lines[0]
+    assert course.memory_table(tmp_path / "none.json")[0].startswith("No handout has been measured")

@@ -15,6 +15,7 @@ from pathlib import Path
 from resid.runtime import provenance
 
 from . import exercises
+from .handouts import MEMORY
 from .sources import source
 
 # Eleven sessions of about two hours: (title, chapters, what the session covers).
@@ -76,6 +77,36 @@ PREREQUISITES = {
 
 WORDS_PER_MINUTE = 200  # reading technical prose, equations and tables included
 
+# The memory a free notebook service gives a kernel: mybinder.org at most 2 GB (1 GB guaranteed),
+# Colab's free tier about 12.7 GB. A handout fits where its measured peak is below.
+HOSTS_MB = {"Binder (2 GB)": 2048, "Colab free (12.7 GB)": 12.7 * 1024}
+
+
+def memory_table(measured: Path) -> list[str]:
+    """Where each handout runs: its peak memory and time as ``python -m resid.book memory``
+    measured them (a cold model cache, as on a notebook service), against each host's limit."""
+    filed = json.loads(measured.read_text()) if measured.exists() else {}
+    if not filed:
+        return ["No handout has been measured yet: `python -m resid.book memory`."]
+    runs = {r["quick"] for r in filed.values()}
+    how = "quick runs (`quick=True`)" if runs == {True} else "default runs" if runs == {False} else "runs"
+    machines = sorted({r.get("machine", "?") for r in filed.values()})
+    lines = [f"Measured by `python -m resid.book memory`: each handout run from its first cell to its last "
+             f"with the starters as shipped, in {how}, in a fresh kernel with an empty model cache (as on "
+             f"a notebook service, every model converted afresh), on {'; '.join(machines)}. A run at "
+             "the chapter's defaults reads more text and can need more.", "",
+             "| chapter | peak memory | time | " + " | ".join(HOSTS_MB) + " |",
+             "| --- | ---: | ---: |" + " --- |" * len(HOSTS_MB)]  # fmt: skip
+    for name, run in filed.items():
+        peak = run.get("peak_memory_mb")
+        if run.get("error") or peak is None:
+            lines.append(f"| {name} | failed: {run.get('error')} | | " + " | " * len(HOSTS_MB))
+            continue
+        fits = ["fits" if peak < limit else "**too big**" for limit in HOSTS_MB.values()]
+        lines.append(f"| [{name}]({name}) | {peak / 1024:.1f} GB | {provenance.duration(run['seconds'])} | "
+                     + " | ".join(fits) + " |")  # fmt: skip
+    return lines
+
 
 def reading_minutes(notebook: Path) -> int:
     """The time to read a chapter's prose at WORDS_PER_MINUTE, its markdown cells only."""
@@ -88,8 +119,9 @@ def chapter_number(name: str) -> int:
     return int(source(name).stem.split("_")[0])
 
 
-def course_page(out_dir: Path) -> Path:
-    """Write ``course.md`` into ``out_dir`` (the executed chapters' folder) and return its path."""
+def course_page(out_dir: Path, measured: Path = MEMORY) -> Path:
+    """Write ``course.md`` into ``out_dir`` (the executed chapters' folder) and return its path;
+    ``measured``: the handouts' measured runs (``handouts.measure_handouts``)."""
     catalogue = exercises.catalogue()
     lines = [
         "# Teaching from this book",
@@ -125,6 +157,10 @@ def course_page(out_dir: Path) -> Path:
         "as the published book's does: its Pages workflow names the repository it publishes from. "
         "A copy published elsewhere sets `repository.url` (or `html.baseurl`), runs `make handouts` "
         "and commits them, so that the handouts its launch buttons open name its wheel.",
+        "",
+        "## Where a handout runs",
+        "",
+        *memory_table(measured),
         "",
         "**For teachers:** the executed chapters with their solutions are `book/chapters/<name>.ipynb` "
         'in the repository; on the rendered pages each solution is folded behind "Show the '

@@ -4,6 +4,7 @@ resid as a wheel with the criteria and run records a handout reads."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -154,6 +155,76 @@ def lab_copies(work: Path = LAB, force: bool = False, notebooks: Path = NOTEBOOK
         nbformat.write(handout(name, notebooks, package), path)
         done["written"].append(path)
     return done
+
+
+MEASURE_CELL = (  # appended to a handout run by run_handout: the kernel's peak, in MB
+    "from resid.runtime.provenance import peak_memory_mb\nprint('peak memory (MB):', peak_memory_mb())"
+)
+
+
+def run_handout(
+    name: str, work: Path, quick: bool = True, python: str = sys.executable, env: dict | None = None
+) -> dict:
+    """Run a chapter's handout from its first cell to its last, as a student would with the
+    starters as shipped (in ``work``, with ``python``'s kernel), and say how it went: its time,
+    its kernel's peak memory, the lines its checks printed, and any cell that raised (the error's
+    last lines). A starter's check prints a ✗ line and raises nothing, so a clean handout ends
+    with ``error`` None."""
+    import json
+    import time
+
+    import nbformat
+
+    notebook = handout(name, package=handout_package())
+    notebook.cells.append(nbformat.v4.new_code_cell(MEASURE_CELL))
+    work.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, work / f"{name}.ipynb")
+    start = time.time()
+    run = subprocess.run(
+        [python, "-m", "papermill", f"{name}.ipynb", f"{name}.run.ipynb", "-p", "quick", str(quick), "-k",
+         "python3", "--no-progress-bar"], cwd=work, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    seconds = time.time() - start
+    cells = json.loads((work / f"{name}.run.ipynb").read_text())["cells"] if run.returncode == 0 else []
+    printed, starters, peak = [], [], None
+    for cell in cells:
+        text = "".join(
+            "".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("name") == "stdout"
+        )
+        for line in text.splitlines():
+            if line.startswith(("✗", "✓")):
+                printed.append(line)
+                starters.append("starter" in cell["metadata"].get("tags", []))
+            elif line.startswith("peak memory (MB):"):
+                peak = float(line.split(":")[1])
+    error = None if run.returncode == 0 else (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"chapter": name, "quick": quick, "seconds": round(seconds), "peak_memory_mb": peak,
+            "checks": printed, "checks_in_starters": starters, "error": error}  # fmt: skip
+
+
+MEMORY = HANDOUTS_OUT / "memory.json"  # each handout's measured run: `python -m resid.book memory`
+
+
+def measure_handouts(names: list[str], quick: bool = True, out: Path = MEMORY) -> Path:
+    """Run each named handout (``run_handout``) in a fresh folder and kernel, with an empty model
+    cache, and file what it needed in ``out``, with the machine it ran on, beside what earlier
+    runs filed for the others."""
+    import json
+
+    from resid.runtime import provenance
+
+    filed = json.loads(out.read_text()) if out.exists() else {}
+    for name in names:
+        with tempfile.TemporaryDirectory(prefix=f"resid-handout-{name}-") as work:
+            # a cache of its own, empty: as on Colab or Binder, every model is converted afresh
+            env = os.environ | {"RESID_CACHE": str(Path(work) / "cache")}
+            result = run_handout(name, Path(work), quick, env=env)
+        result["machine"], result["date"] = provenance.machine(), provenance.environment()["date"]
+        filed[name] = result
+        how = f"error: {result['error']}" if result["error"] else f"peak {result['peak_memory_mb']} MB"
+        print(f"[resid] handout {name}: {result['seconds']} s, {how}", flush=True)
+        out.write_text(json.dumps(filed, indent=1, ensure_ascii=False) + "\n")
+    return out
 
 
 # --- the handout's Markdown, plain: what JupyterLab and Colab render without the book's Sphinx ---

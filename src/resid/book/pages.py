@@ -4,6 +4,7 @@ kept for teachers) and the results overview page, written from the chapters' res
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,10 @@ def build_html(site: Path = ROOT / "book", strict: bool = False) -> Path:
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(site)]
     if not (config.get("repository") or {}).get("url"):
         config["launch_buttons"] = {**config.get("launch_buttons", {}), "binderhub_url": "", "colab_url": ""}
+        # a configuration outside the book folder reads its static files from beside itself: name
+        # the book's own, or the pages lose the book's stylesheet
+        sphinx_config = config.setdefault("sphinx", {}).setdefault("config", {})
+        sphinx_config["html_static_path"] = [str((site / "_static").resolve())]
         (site / "_build").mkdir(parents=True, exist_ok=True)
         config_path = site / "_build" / "_config.without-launch-buttons.yml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -39,8 +44,29 @@ def build_html(site: Path = ROOT / "book", strict: bool = False) -> Path:
     if result.returncode != 0:
         raise ChapterError("the HTML build failed:\n" + result.stdout[-3000:] + result.stderr[-3000:])
     html = site / "_build" / "html"
+    # Sphinx copies static files only when some page is rebuilt: a stylesheet edited alone would
+    # never reach the pages
+    shutil.copytree(site / "_static", html / "_static", dirs_exist_ok=True)
+    for page in html.rglob("*.html"):
+        soft_breaks(page)
     site_notebooks(html, handouts=site / "handouts", out_dir=site / "chapters")
     return html
+
+
+TABLE = re.compile(r"<table.*?</table>", re.S)
+
+
+def soft_breaks(page: Path) -> None:
+    """Let a table's long identifiers (``gradients_disagree_with_occlusion``) break after their
+    underscores (``<wbr>``), so that the table fits the text column without breaking numbers."""
+
+    def in_text(table: re.Match) -> str:
+        return re.sub(r">([^<]*)<", lambda text: ">" + re.sub(r"_(?=\w)", "_<wbr>", text[1]) + "<", table[0])
+
+    text = page.read_text()
+    broken = TABLE.sub(in_text, text)
+    if broken != text:
+        page.write_text(broken)
 
 
 def site_notebooks(html: Path, handouts: Path = HANDOUTS_OUT, out_dir: Path = CHAPTERS_OUT) -> None:
@@ -56,6 +82,12 @@ def site_notebooks(html: Path, handouts: Path = HANDOUTS_OUT, out_dir: Path = CH
             raise ChapterError(f"no handout {student}: run `make handouts`")
         shutil.copyfile(student, html / "_sources" / "chapters" / f"{name}.ipynb")
         shutil.copyfile(out_dir / f"{name}.ipynb", html / "solutions" / f"{name}.ipynb")
+
+
+def one_line(text: str) -> str:
+    """``text`` kept on one line in a table cell (a verdict, a registration): the claim's cell,
+    not the verdict's, is the one that wraps."""
+    return f'<span class="nowrap">{text}</span>'
 
 
 AS_CLAIM = {"supported": "reproduced", "not supported": "not reproduced"}  # a prediction's verdicts, counted
@@ -95,25 +127,27 @@ def results_page(
         names = [n for n in names if n in known]
         if not names:
             continue
-        lines += ["", f"## {part['caption']}", "",
-                  "| chapter | claim | paper | ours | criterion | registered | verdict |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        # three columns, so the verdict stays in the text column: the paper's figure, ours and
+        # the criterion go on a second, smaller line of the claim's cell
+        header = f"| claim | {one_line('verdict')} | {one_line('registered')} |"
+        lines += ["", f"## {part['caption']}", "", header, "| --- | --- | --- |"]
         for name in names:
             path = out_dir / f"{name}.json"
             if not path.exists():
-                lines.append(f"| {name} | *not executed yet: `make chapter CH={name}`* | | | | | |")
+                lines.append(f"| {name}: *not executed yet: `make chapter CH={name}`* | | |")
                 continue
             results = json.loads(path.read_text())
             link = f"{{ref}}`{name} <claims-{name}>`" + (" (quick run)" if results.get("quick") else "")
             tally = per_chapter.setdefault(link, {"claims": 0, "checks": len(results.get("checks", []))})
             for row in results.get("claims", []):
                 kind = registration(name, row["id"])["registration"] if "id" in row else "unknown"
-                columns = [row["claim"], row["paper"], row["ours"], row["criterion"], kind]
+                claim = (f"{link}: {cell(row['claim'])}<br><small>paper: {cell(row['paper'])} · ours: "
+                         f"{cell(row['ours'])} · criterion: {cell(row['criterion'])}</small>")  # fmt: skip
                 repeat = repeats.get(name, {}).get(row.get("id", ""))
                 if repeat:  # one measurement, counted once: under the claim it repeats
                     n_repeats += 1
-                    verdict = f"{cell(row['verdict'])} (repeats `{repeat['same_as']}`: not counted)"
-                    lines.append(f"| {link} | " + " | ".join(map(cell, columns)) + f" | {verdict} |")
+                    verdict = f"{one_line(cell(row['verdict']))} (repeats `{repeat['same_as']}`: not counted)"
+                    lines.append(f"| {claim} | {verdict} | {one_line(kind)} |")
                     continue
                 counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
                 # a prediction of the book's own is "supported" where a paper's claim is "reproduced"
@@ -125,9 +159,8 @@ def results_page(
                     tally[f"confirmatory {verdict}"] = tally.get(f"confirmatory {verdict}", 0) + 1
                 by_kind.setdefault(kind, {}).setdefault(row["verdict"], 0)
                 by_kind[kind][row["verdict"]] += 1
-                lines.append(
-                    f"| {link} | " + " | ".join(map(cell, columns)) + f" | **{cell(row['verdict'])}** |"
-                )
+                shown = one_line(f"**{cell(row['verdict'])}**")
+                lines.append(f"| {claim} | {shown} | {one_line(kind)} |")
             n_checks += len(results.get("checks", []))
             notes.append(_reproducibility_note(name, results))
     summary = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda kv: -kv[1]))
@@ -144,8 +177,13 @@ def results_page(
         for kind, v in sorted(by_kind.items())
     )
     verdict_words = claims.VERDICTS
-    table = ["| chapter | claims | " + " | ".join(verdict_words) + " | confirmatory (reproduced) | checks |",
-             "|" + " --- |" + " ---: |" * (len(verdict_words) + 3)]  # fmt: skip
+    # the verdicts by their symbols (explained under the table), so the table fits the text column
+    header = (
+        "| chapter | claims | "
+        + " | ".join(SYMBOLS[v] for v in verdict_words)
+        + " | confirmatory (✓) | checks |"
+    )
+    table = [header, "|" + " --- |" + " ---: |" * (len(verdict_words) + 3)]
     for link, tally in per_chapter.items():
         confirmatory = f"{tally.get('confirmatory', 0)} ({tally.get('confirmatory reproduced', 0)})"
         cells = [tally["claims"], *(tally.get(v, 0) for v in verdict_words), confirmatory, tally["checks"]]
@@ -156,7 +194,18 @@ def results_page(
         "",
         f"By registration: {kinds}." if by_kind else "",
         "",
-        *(table + [""] if per_chapter else []),
+        *(
+            table
+            + [
+                "",
+                "Columns: "
+                + ", ".join(f"{SYMBOLS.get(v, v)} {v}" for v in verdict_words)
+                + "; confirmatory claims, with how many of them reproduced.",
+                "",
+            ]
+            if per_chapter
+            else []
+        ),
         "A claim is **confirmatory** when its criterion was committed before any result that judges it, "
         "**exploratory** when the chapter had shown its numbers first (both read from the repository's "
         "history by `resid.book.registration`; `notebooks/registration.toml` says how), and only a "

@@ -1,9 +1,10 @@
 """What a reader sees of an executed chapter, and what can change without executing it.
 
-Presentation tags collapse code (parameters, setup, plots, computed prose) or fold outputs (the
-check tables, which answer exercises); alt text reaches a figure's image. A chapter's markdown,
-its presentation and its alt text are narrative: ``refresh_narrative`` copies an edit of them
-into the executed notebook, outputs untouched, and the fingerprint leaves them out."""
+Presentation tags collapse code (parameters, setup, plots, computed prose, the results' record)
+or fold outputs (the check tables, which answer exercises); alt text reaches a figure's image.
+A chapter's markdown, its presentation and its alt text are narrative: ``refresh_narrative``
+copies an edit of them into the executed notebook, outputs untouched, and the fingerprint leaves
+them out."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from resid.runtime.paths import CHAPTERS_OUT
 from .sources import NOTEBOOKS, ChapterError, source_notebook
 
 # Tags that change how a cell is shown, never what it computes: Jupyter Book's, and the book's
-# own "plot" and "prose" (code collapsed: a figure, or a conclusion written from computed numbers)
-# and "checks" (its output folded: it answers exercises).
+# own "plot", "prose" and "record" (code collapsed: a figure, a conclusion written from computed
+# numbers, the cell that files the chapter's results and headline) and "checks" (its output
+# folded: it answers exercises).
 PRESENTATION_TAGS = {"hide-input", "hide-output", "hide-cell", "remove-input", "remove-output", "remove-cell",
                      "full-width", "margin", "scroll-output", "output_scroll", "plot", "prose",
-                     "checks"}  # fmt: skip
+                     "checks", "record"}  # fmt: skip
 
 
 # Cells a reader need not read first: collapsed behind a toggle that says what they hold.
@@ -29,6 +31,7 @@ COLLAPSED = {
     "setup": "Show the setup code",
     "plot": "Show the plotting code",
     "prose": "Show how this paragraph is computed",  # a computed conclusion, read as text
+    "record": "Show how the results and the headline are recorded",  # ledger.results, book.save_results
 }
 
 

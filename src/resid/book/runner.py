@@ -52,7 +52,7 @@ from .freshness import (
     package_commit,
     training_needed,
 )
-from .handouts import WHEEL_FOLDER, build_wheel, handout_package, lab_copies, write_handouts
+from .handouts import WHEEL_FOLDER, build_wheel, handout_package, lab_copies, measure_handouts, write_handouts
 from .pages import build_html, results_page, write_readme_table
 from .parameters import (
     parse_parameters,
@@ -60,7 +60,7 @@ from .parameters import (
     validate_parameters,
 )
 from .presentation import present, refresh_narrative
-from .sources import NOTEBOOKS, ChapterError, chapters, source_notebook
+from .sources import NOTEBOOKS, ChapterError, chapters, source, source_notebook
 
 EXECUTION_ENV = "RESID_EXECUTION"  # the runner's record of this execution, read by save_results
 
@@ -213,7 +213,7 @@ def start_chapter(chapter: str, seed: int = 0, criteria: dict | None = None) -> 
 
 
 def verdict_summary(claim_rows: list[dict], headline: str = "", repeats: dict | None = None) -> str:
-    """The sentence that ends a chapter's opening box: ``headline`` (the chapter's result in its
+    """The sentence that opens a chapter's opening box: ``headline`` (the chapter's result in its
     own computed words, if it gives one), then how many claims it judged and their verdicts. A
     claim in ``repeats`` (the chapter's entries of ``notebooks/repeats.toml``) repeats another's
     measurement: it is named apart and not counted, as on the results page."""
@@ -352,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("results", help="write the results overview page from the chapters' JSON files")
     handouts = sub.add_parser("handouts", help="write student notebooks without the solutions")
     handouts.add_argument("--out", type=Path, default=HANDOUTS_OUT)
+    memory = sub.add_parser("memory", help="run handouts to their last cell; file their time and peak memory")
+    memory.add_argument("chapters", nargs="*", help="the handouts to run (default: every one)")
+    memory.add_argument("--default", action="store_true", help="at the chapters' defaults, not quick")
     lab = sub.add_parser("lab", help="copy the handouts missing from lab/, never over a student's copy")
     lab.add_argument("--force", action="store_true", help="write every one afresh; replaced copies kept")
     wheel = sub.add_parser("wheel", help="build resid as a wheel in dist/, with its criteria and run records")
@@ -390,6 +393,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "html":
             print(f"[resid] open {build_html() / 'index.html'} (each chapter's download is its handout)")
+            return 0
+        if args.command == "memory":
+            for name in args.chapters:
+                source(name)  # an unknown name fails here, before anything runs
+            print(f"[resid] -> {measure_handouts(args.chapters or chapters(), quick=not args.default)}")
             return 0
         if args.command == "lab":
             done = lab_copies(force=args.force)

@@ -22,6 +22,7 @@ def write(y: Tensor, rotation: Tensor | None) -> Tensor:
     """Carry a layer's output back into the residual basis."""
     return y if rotation is None else y @ rotation.T
 
+
 def haar_rotation(d: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> Tensor:
     """A random orthogonal ``d x d`` matrix drawn from the Haar measure.
 

@@ -21,6 +21,7 @@ def attention_patterns(model: Transformer, tokens: Tensor) -> Tensor:
     _, cache = model.run_with_cache(tokens, names, logits_to_keep=1)  # logits unread: the last position only
     return torch.stack([cache[name].float() for name in names])
 
+
 @torch.no_grad()
 def sequence_head_scores(
     model: Transformer, tokens: Tensor, period: int, start: int | None = None
@@ -39,6 +40,7 @@ def sequence_head_scores(
     }
     return {name: value.mean(-1).transpose(0, 1) for name, value in scores.items()}
 
+
 @torch.no_grad()
 def in_context_losses(
     model: Transformer, tokens: Tensor, start: int, per_prompt: bool = False
@@ -53,6 +55,7 @@ def in_context_losses(
     losses = next_token_losses(model, tokens)  # [batch, pos - 1]: entry i is token i + 1's loss
     first, repeat = losses[:, : start - 1].mean(1), losses[:, start:].mean(1)
     return (first, repeat) if per_prompt else (first.mean().item(), repeat.mean().item())
+
 
 @torch.no_grad()
 def next_token_losses(model: Transformer, tokens: Tensor, fwd_hooks=(), start: int = 0) -> Tensor:
@@ -73,5 +76,6 @@ def next_token_losses(model: Transformer, tokens: Tensor, fwd_hooks=(), start: i
         for rows, wanted in zip(x.split(LOSS_CHUNK), targets.flatten().split(LOSS_CHUNK), strict=True)
     ]
     return torch.cat(losses).view(targets.shape)
+
 
 LOSS_CHUNK = 256  # positions unembedded at once: 268 MB of Gemma-3-270M's float32 logits

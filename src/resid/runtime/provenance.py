@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -139,12 +140,21 @@ def machine() -> str:
     return f"{cpu} ({cpu_features()}), {os.cpu_count()} cores, {platform.system()} {platform.machine()}"
 
 
+def peak_memory_mb() -> float:
+    """This process's peak resident memory so far, in MB (what a notebook's kernel has needed)."""
+    import resource
+
+    kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
+    return round(kilobytes / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
 def environment() -> dict:
-    """The software and machine a chapter ran on."""
+    """The software and machine a chapter ran on, and the peak memory its kernel needed."""
     import torch
     import transformers
 
     return {
+        "peak_memory_mb": peak_memory_mb(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
         "torch": torch.__version__,
