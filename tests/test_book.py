@@ -574,6 +574,13 @@ def test_the_pages_workflow_builds_the_committed_chapters_with_make_book():
         if "repository.url" in step.get("name", "") or "url:" in step.get("run", "")
     ]
     assert named and "github.repository" in named[0]  # the launch buttons' repository
+    # registration is read from the history: a shallow checkout would call every claim exploratory
+    checkout = next(step for step in steps if step.get("uses", "").startswith("actions/checkout"))
+    assert checkout.get("with", {}).get("fetch-depth") == 0
+    # the handouts the site offers name the wheel published beside it, and the wheel is there
+    runs = [step.get("run", "") for step in steps]
+    assert runs.index("make handouts") > runs.index(named[0]) and "make book CHECK=1" in runs
+    assert any("resid.book wheel --site book/_build/html" in run for run in runs)
     dry = subprocess.run(["make", "-n", "book", "CHECK=1"], cwd=ROOT, capture_output=True, text=True)
     assert "resid.book update --no-execute" in dry.stdout and "resid.book html" in dry.stdout
     full = subprocess.run(["make", "-n", "book", "ALL=1"], cwd=ROOT, capture_output=True, text=True)

@@ -92,6 +92,24 @@ def test_the_opening_box_result_gives_the_headline_then_every_verdict_counted():
         "1 supported."
     )
     assert book.verdict_summary([], "") == ""
+    # with each claim's registration, the confirmatory verdicts are said apart; without history, nothing
+    ids = [dict(row, id=str(i)) for i, row in enumerate(rows)]
+    registered = {
+        "0": "confirmatory",
+        "1": "exploratory",
+        "2": "confirmatory",
+        "3": "confirmatory",
+        "4": "pending",
+    }
+    assert book.verdict_summary(ids, "", registered=registered).endswith(
+        "Confirmatory (criterion committed before any result): 2 reproduced, 1 inconclusive."
+    )
+    assert book.verdict_summary(ids, "", registered=dict.fromkeys(registered, "exploratory")).endswith(
+        "None of them is confirmatory."
+    )
+    assert book.verdict_summary(
+        ids, "", registered=dict.fromkeys(registered, "unknown")
+    ) == book.verdict_summary(ids, "")
 
 
 def test_a_claim_named_a_repeat_after_its_chapter_ran_leaves_the_opening_box_by_the_next_build(tmp_path):

@@ -50,6 +50,7 @@ from .freshness import (
     chapter_status,
     fingerprint,
     package_commit,
+    registration,
     training_needed,
 )
 from .handouts import WHEEL_FOLDER, build_wheel, handout_package, lab_copies, measure_handouts, write_handouts
@@ -212,23 +213,40 @@ def start_chapter(chapter: str, seed: int = 0, criteria: dict | None = None) -> 
     return claims.Ledger(chapter, criteria)
 
 
-def verdict_summary(claim_rows: list[dict], headline: str = "", repeats: dict | None = None) -> str:
+def verdict_summary(
+    claim_rows: list[dict], headline: str = "", repeats: dict | None = None, registered: dict | None = None
+) -> str:
     """The sentence that opens a chapter's opening box: ``headline`` (the chapter's result in its
-    own computed words, if it gives one), then how many claims it judged and their verdicts. A
-    claim in ``repeats`` (the chapter's entries of ``notebooks/repeats.toml``) repeats another's
-    measurement: it is named apart and not counted, as on the results page."""
+    own computed words, if it gives one), then how many claims it judged and their verdicts, and
+    with ``registered`` (claim id -> its registration, ``freshness.registration``) the verdicts of
+    the confirmatory ones apart. A claim in ``repeats`` (the chapter's entries of
+    ``notebooks/repeats.toml``) repeats another's measurement: it is named apart and not counted,
+    as on the results page."""
     repeats = repeats or {}
     counted = [row for row in claim_rows if row.get("id") not in repeats]
-    counts: dict[str, int] = {}
-    for row in counted:
-        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     order = [*claims.VERDICTS, *claims.PREDICTION_VERDICTS]
-    verdicts = ", ".join(f"{counts[v]} {v}" for v in dict.fromkeys(order) if counts.get(v))
-    judged = f"{len(counted)} claims judged against their criteria: {verdicts}." if counted else ""
+
+    def tally(rows: list[dict]) -> str:
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+        return ", ".join(f"{counts[v]} {v}" for v in dict.fromkeys(order) if counts.get(v))
+
+    judged = f"{len(counted)} claims judged against their criteria: {tally(counted)}." if counted else ""
+    known = {k: v for k, v in (registered or {}).items() if v != "unknown"}  # no history: not said
+    if counted and known:
+        confirmatory = [row for row in counted if known.get(row.get("id")) == "confirmatory"]
+        judged += (f" Confirmatory (criterion committed before any result): {tally(confirmatory)}."
+                   if confirmatory else " None of them is confirmatory.")  # fmt: skip
     if len(counted) < len(claim_rows):
         n = len(claim_rows) - len(counted)
         judged += f" {n} more {'repeats' if n == 1 else 'repeat'} another claim's number, not counted."
     return " ".join(part for part in (headline.strip(), judged) if part)
+
+
+def registrations(chapter: str, claim_rows: list[dict]) -> dict[str, str]:
+    """Each claim's registration (confirmatory, exploratory, pending, unknown), by its id."""
+    return {row["id"]: registration(chapter, row["id"])["registration"] for row in claim_rows if "id" in row}
 
 
 RESULT_GLUE = "chapter_result"
@@ -262,7 +280,8 @@ def refresh_result(name: str, out_dir: Path = CHAPTERS_OUT, repeats: dict | None
             if headline is None:  # executed before the JSON kept it: the text before its counts
                 counts = re.search(r"\d+ claims? judged against their criteria:", text)
                 headline = text[: counts.start()] if counts else text
-            restated = verdict_summary(results.get("claims", []), headline, repeats)
+            rows = results.get("claims", [])
+            restated = verdict_summary(rows, headline, repeats, registrations(name, rows))
             if restated != text:
                 output["data"][RESULT_MIME] = restated
                 changed = True
@@ -306,7 +325,8 @@ def save_results(results: dict, rerun: dict | None = None, headline: str = "") -
     glue("rerun_cold", approx + provenance.duration(times["cold_seconds"]), display=False)
     glue("trained_on", provenance.built_on(times), display=False)
     repeats = claims.load_repeats().get(results["chapter"], {})  # shown in the tables, not counted
-    result = verdict_summary(results.get("claims", []), headline, repeats)
+    rows = results.get("claims", [])
+    result = verdict_summary(rows, headline, repeats, registrations(results["chapter"], rows))
     glue(RESULT_GLUE, Markdown(result), display=False)
     print(f"chapter computed in {results['seconds']:.0f} s")
 
