@@ -612,6 +612,18 @@ if n_powered >= 2:
 else:
     answer += " With fewer than two powered rates the design does not answer the question."
 display(Markdown(f"**Takeaways.** {answer}"))
+# the opening box's result: the same verdicts, in two sentences a newcomer can read
+if n_powered >= 2:
+    headline = (
+        "What the symmetry forces holds (the checks): AdamW's heavy-tailed coordinates follow the basis its "
+        "moments are kept in, and the optimisers without a per-coordinate normaliser leave the stream looking "
+        f"like a random rotation of itself. {said}"
+        + (" (" + "; ".join(f"lr {lr:g}: {v}" for lr, (_, v) in heavy.items()) + ")" if heavy else "")
+        + (f"; at lr {', '.join(f'{lr:g}' for lr in early)} the comparison is read before AdamW's own "
+           "privileged basis has grown, so it cannot tell." if early else ".")
+    )  # fmt: skip
+else:
+    headline = "Fewer than two learning rates grow AdamW's privileged basis: the design does not answer."
 
 # %% tags=["record"]
 results = ledger.results(
@@ -625,4 +637,4 @@ results = ledger.results(
 rerun = {"seeds": seeds, "learning_rates": learning_rates, "sgd_lr": sgd_lr,
          "sgd_steps_factor": sgd_steps_factor, "widths": widths, "width_seeds": width_seeds,
          "width_reference_lr": width_reference_lr, "seed": seed}  # fmt: skip
-book.save_results(results, rerun=rerun, headline=answer)
+book.save_results(results, rerun=rerun, headline=headline)
