@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="each chapter: fresh, stale or missing, executed when, with which commit")
     update = sub.add_parser("update", help="execute the missing and stale chapters at their defaults")
     update.add_argument("--no-execute", action="store_true", help="fail, executing nothing, if one is stale")
-    sub.add_parser("results", help="write the results overview page from the chapters' JSON files")
+    sub.add_parser("results", help="write the results and course pages, the README table and the handouts")
     handouts = sub.add_parser("handouts", help="write student notebooks without the solutions")
     handouts.add_argument("--out", type=Path, default=HANDOUTS_OUT)
     memory = sub.add_parser("memory", help="run handouts to their last cell; file their time and peak memory")
@@ -404,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[resid] course page -> {course_page(CHAPTERS_OUT)}")
             if (ROOT / "README.md").exists():  # a clone's: an installed wheel has none
                 print(f"[resid] README's chapter table -> {write_readme_table()}")
+                # the handouts carry the executed chapters' computed values (their results among them)
+                print(f"[resid] handouts -> {HANDOUTS_OUT / 'chapters'} ({len(write_handouts())} written)")
             return 0
         if args.command == "wheel":
             built = build_wheel(args.site / WHEEL_FOLDER if args.site else ROOT / "dist")
