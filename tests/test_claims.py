@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 
@@ -249,3 +250,34 @@ def test_every_claim_a_rule_lists_carries_its_numbers_and_every_exception_differ
                 assert (c.direction, c.threshold, c.partly) != numbers, (
                     f"{chapter}.{key} follows {name} after all"
                 )
+
+
+def test_a_row_that_cannot_count_is_named_with_why():
+    estimates = {"a": 0.4, "b": 0.4, "c": float("nan"), "d": None, "e": 0.9, "f": 0.2}
+    rows = [{"id": claim, "estimate": estimate} for claim, estimate in estimates.items()]
+    repeats = {"b": {"same_as": "a", "why": "the same prompts"}}
+    apart = {"e": {"kind": "positive control", "why": "it shows the metric can see the effect"}}
+    assert claims.not_counted(rows, repeats, apart) == {
+        "b": "repeats `a`", "c": claims.NOT_MEASURED, "d": claims.NOT_MEASURED, "e": "positive control"
+    }  # fmt: skip
+    assert claims.not_counted(rows) == {"c": claims.NOT_MEASURED, "d": claims.NOT_MEASURED}
+
+
+def test_every_row_set_apart_is_a_claim_of_its_chapter_and_every_unmeasured_row_is_set_apart():
+    kinds = {"positive control", "trained on its metric"}
+    apart = claims.load_apart()
+    assert apart, "notebooks/apart.toml names no row"
+    for name, listed in apart.items():
+        rows = json.loads((ROOT / "book" / "chapters" / f"{name}.json").read_text())["claims"]
+        ids = {row["id"] for row in rows}
+        for claim, entry in listed.items():
+            assert claim in ids, f"apart.toml: {name} has no claim {claim}"
+            assert entry["kind"] in kinds and len(entry["why"].split()) >= 8, (name, claim)
+    for path in sorted((ROOT / "book" / "chapters").glob("*.json")):
+        rows = json.loads(path.read_text()).get("claims", [])
+        reasons = claims.not_counted(rows, claims.load_repeats().get(path.stem), apart.get(path.stem))
+        for row in rows:
+            if not (isinstance(row.get("estimate"), float) and math.isfinite(row["estimate"])):
+                assert reasons.get(row["id"]) in (claims.NOT_MEASURED, *kinds) or row["id"] in reasons, row[
+                    "id"
+                ]

@@ -156,6 +156,30 @@ def test_the_opening_box_does_not_count_a_claim_that_repeats_another():
     )
 
 
+def test_a_positive_control_and_an_unmeasured_row_are_shown_and_not_counted(tmp_path):
+    toc = tmp_path / "_toc.yml"
+    toc.write_text("format: jb-book\nroot: intro\nparts:\n  - caption: Attribution\n    chapters:\n"
+                   "      - file: chapters/attribution\n")  # fmt: skip
+    row = {"claim": "c", "paper": "p", "ours": "0.3 [0.2, 0.4]", "criterion": "> 0", "verdict": "reproduced",
+           "estimate": 0.3, "interval": [0.2, 0.4]}  # fmt: skip
+    rows = [
+        {**row, "id": "task"},
+        {**row, "id": "control", "claim": "the control"},
+        {**row, "id": "nan", "claim": "never measured", "verdict": "inconclusive", "estimate": float("nan")},
+    ]
+    (tmp_path / "attribution.json").write_text(json.dumps({"chapter": "attribution", "claims": rows}))
+    apart = {"attribution": {"control": {"kind": "positive control", "why": "it shows the metric works"}}}
+    page = book.results_page(tmp_path, toc=toc, repeats={}, apart=apart).read_text()
+    assert "Verdicts over all chapters: 1 reproduced." in page
+    assert "the control<br>" in page and "(positive control: not counted)" in page
+    assert "never measured<br>" in page and "(not measured: not counted)" in page
+    assert "1 not measured, 1 positive control" in page
+    assert book.verdict_summary(rows, "", {}, apart=apart["attribution"]) == (
+        "1 claims judged against their criteria: 1 reproduced. 1 more is a positive control, not counted. "
+        "1 more could not be measured, not counted."
+    )
+
+
 def test_a_claim_that_repeats_another_measurement_is_shown_and_not_counted(tmp_path):
     toc = tmp_path / "_toc.yml"
     toc.write_text("format: jb-book\nroot: intro\nparts:\n  - caption: Painters\n    chapters:\n"

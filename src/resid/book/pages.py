@@ -94,7 +94,10 @@ AS_CLAIM = {"supported": "reproduced", "not supported": "not reproduced"}  # a p
 
 
 def results_page(
-    out_dir: Path = CHAPTERS_OUT, toc: Path = ROOT / "book" / "_toc.yml", repeats: dict | None = None
+    out_dir: Path = CHAPTERS_OUT,
+    toc: Path = ROOT / "book" / "_toc.yml",
+    repeats: dict | None = None,
+    apart: dict | None = None,
 ) -> Path:
     """Write ``results.md``, the book's results overview, from the chapters' ``<chapter>.json``.
 
@@ -102,7 +105,8 @@ def results_page(
     the paper's figure, ours and the verdict, each linking to the chapter's own claims table
     (label ``claims-<chapter>``); then a reproducibility note per chapter. A claim that
     ``repeats`` (by default ``claims.load_repeats()``) lists as repeating another's measurement
-    is shown, marked, and not counted.
+    is shown, marked, and not counted, as is a row ``apart`` (by default ``claims.load_apart()``)
+    names a positive control or judged on its own training metric, and a row never measured.
     """
     import yaml
 
@@ -120,7 +124,9 @@ def results_page(
         "`make book` runs; a chapter link leads to its full table and the experiment behind it.",
     ]
     repeats = claims.load_repeats() if repeats is None else repeats
+    apart = claims.load_apart() if apart is None else apart
     notes, counts, n_checks, by_kind, n_repeats = [], {}, 0, {}, 0
+    n_apart: dict[str, int] = {}  # positive controls, rows judged on their training metric, unmeasured
     per_chapter: dict[str, dict] = {}  # chapter -> its verdict counts, confirmatory ones apart
     for part in parts:
         names = [c["file"].removeprefix("chapters/") for c in part["chapters"]]
@@ -139,14 +145,20 @@ def results_page(
             results = json.loads(path.read_text())
             link = f"{{ref}}`{name} <claims-{name}>`" + (" (quick run)" if results.get("quick") else "")
             tally = per_chapter.setdefault(link, {"claims": 0, "checks": len(results.get("checks", []))})
+            reasons = claims.not_counted(
+                results.get("claims", []), repeats.get(name, {}), apart.get(name, {})
+            )
             for row in results.get("claims", []):
                 kind = registration(name, row["id"])["registration"] if "id" in row else "unknown"
                 claim = (f"{link}: {cell(row['claim'])}<br><small>paper: {cell(row['paper'])} · ours: "
                          f"{cell(row['ours'])} · criterion: {cell(row['criterion'])}</small>")  # fmt: skip
-                repeat = repeats.get(name, {}).get(row.get("id", ""))
-                if repeat:  # one measurement, counted once: under the claim it repeats
-                    n_repeats += 1
-                    verdict = f"{one_line(cell(row['verdict']))} (repeats `{repeat['same_as']}`: not counted)"
+                reason = reasons.get(row.get("id", ""))
+                if reason:  # shown, never counted: a repeat is counted once, under the claim it repeats
+                    if reason.startswith("repeats"):
+                        n_repeats += 1
+                    else:
+                        n_apart[reason] = n_apart.get(reason, 0) + 1
+                    verdict = f"{one_line(cell(row['verdict']))} ({reason}: not counted)"
                     lines.append(f"| {claim} | {verdict} | {one_line(kind)} |")
                     continue
                 counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
@@ -170,6 +182,11 @@ def results_page(
     if n_repeats:
         checks += (f" {n_repeats} more rows repeat another claim's measurement and are not counted "
                    "(`notebooks/repeats.toml` says why for each).")  # fmt: skip
+    if n_apart:
+        shown = ", ".join(f"{n} {reason}" for reason, n in sorted(n_apart.items()))
+        checks += (f" Nor are these rows, judged as claims but unable to count as a replication: {shown} "
+                   "(`notebooks/apart.toml` says why for each; an unmeasured row's estimate is not a "
+                   "number).")  # fmt: skip
     kinds = "; ".join(
         f"**{kind}** {sum(v.values())} ("
         + ", ".join(f"{n} {verdict}" for verdict, n in sorted(v.items(), key=lambda kv: -kv[1]))
@@ -246,12 +263,14 @@ README_MARKS = ("<!-- chapters: written by `python -m resid.book results` -->", 
 SYMBOLS = {"reproduced": "✓", "partly": "◐", "not reproduced": "✗", "inconclusive": "?"}
 
 
-def confirmatory_counts(name: str, results: dict, repeats: dict) -> dict[str, int]:
+def confirmatory_counts(name: str, results: dict, repeats: dict, apart: dict | None = None) -> dict[str, int]:
     """A chapter's confirmatory verdicts, counted as the results page counts them (a prediction's
-    "supported" as "reproduced"; a row repeating another claim's measurement left out)."""
+    "supported" as "reproduced"; a row that cannot count, ``claims.not_counted``, left out)."""
     counts: dict[str, int] = {}
-    for row in results.get("claims", []):
-        if "id" not in row or row["id"] in repeats.get(name, {}):
+    rows = results.get("claims", [])
+    reasons = claims.not_counted(rows, repeats.get(name, {}), (apart or {}).get(name, {}))
+    for row in rows:
+        if "id" not in row or row["id"] in reasons:
             continue
         if registration(name, row["id"])["registration"] == "confirmatory":
             verdict = AS_CLAIM.get(row["verdict"], row["verdict"])
@@ -265,12 +284,12 @@ def readme_table(out_dir: Path = CHAPTERS_OUT, answers: Path = ROOT / "notebooks
     import tomllib
 
     written = tomllib.loads(answers.read_text())
-    repeats = claims.load_repeats()
+    repeats, apart = claims.load_repeats(), claims.load_apart()
     lines = ["| chapter | the question | the answer | confirmatory verdicts |", "| --- | --- | --- | --- |"]
     for name in chapters():
         path = out_dir / f"{name}.json"
         results = json.loads(path.read_text()) if path.exists() else {}
-        counts = confirmatory_counts(name, results, repeats)
+        counts = confirmatory_counts(name, results, repeats, apart)
         tally = " ".join(f"{counts[v]}{s}" for v, s in SYMBOLS.items() if counts.get(v)) or "none yet"
         entry = written.get(name, {"question": "", "answer": "*not written yet*"})
         lines.append(f"| {name} | {entry['question']} | {entry['answer']} | {tally} |")

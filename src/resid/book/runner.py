@@ -213,17 +213,31 @@ def start_chapter(chapter: str, seed: int = 0, criteria: dict | None = None) -> 
     return claims.Ledger(chapter, criteria)
 
 
+# How the opening box names the rows it does not count (claims.not_counted), one and several.
+APART_WORDS = {
+    "positive control": ("is a positive control", "are positive controls"),
+    "trained on its metric": ("is judged on the metric its method was trained on",
+                              "are judged on the metric their method was trained on"),
+    claims.NOT_MEASURED: ("could not be measured", "could not be measured"),
+}  # fmt: skip
+
+
 def verdict_summary(
-    claim_rows: list[dict], headline: str = "", repeats: dict | None = None, registered: dict | None = None
+    claim_rows: list[dict],
+    headline: str = "",
+    repeats: dict | None = None,
+    registered: dict | None = None,
+    apart: dict | None = None,
 ) -> str:
     """The sentence that opens a chapter's opening box: ``headline`` (the chapter's result in its
     own computed words, if it gives one), then how many claims it judged and their verdicts, and
     with ``registered`` (claim id -> its registration, ``freshness.registration``) the verdicts of
-    the confirmatory ones apart. A claim in ``repeats`` (the chapter's entries of
-    ``notebooks/repeats.toml``) repeats another's measurement: it is named apart and not counted,
-    as on the results page."""
-    repeats = repeats or {}
-    counted = [row for row in claim_rows if row.get("id") not in repeats]
+    the confirmatory ones apart. A row that cannot count (``claims.not_counted``: it repeats
+    another's measurement, per the chapter's ``repeats``; it is a positive control or judged on
+    its own training metric, per its ``apart``; or it could not be measured) is named apart and
+    not counted, as on the results page."""
+    reasons = claims.not_counted(claim_rows, repeats, apart)
+    counted = [row for row in claim_rows if row.get("id") not in reasons]
     order = [*claims.VERDICTS, *claims.PREDICTION_VERDICTS]
 
     def tally(rows: list[dict]) -> str:
@@ -238,9 +252,12 @@ def verdict_summary(
         confirmatory = [row for row in counted if known.get(row.get("id")) == "confirmatory"]
         judged += (f" Confirmatory (criterion committed before any result): {tally(confirmatory)}."
                    if confirmatory else " None of them is confirmatory.")  # fmt: skip
-    if len(counted) < len(claim_rows):
-        n = len(claim_rows) - len(counted)
+    kinds = [reason if reason in APART_WORDS else "repeat" for reason in reasons.values()]
+    if n := kinds.count("repeat"):
         judged += f" {n} more {'repeats' if n == 1 else 'repeat'} another claim's number, not counted."
+    for kind, (one, several) in APART_WORDS.items():
+        if n := kinds.count(kind):
+            judged += f" {n} more {one if n == 1 else several}, not counted."
     return " ".join(part for part in (headline.strip(), judged) if part)
 
 
@@ -268,6 +285,7 @@ def refresh_result(name: str, out_dir: Path = CHAPTERS_OUT, repeats: dict | None
         return False
     results = json.loads(results_path.read_text())
     repeats = claims.load_repeats().get(name, {}) if repeats is None else repeats
+    apart = claims.load_apart().get(name, {})
     notebook = nbformat.read(path, as_version=4)
     changed = False
     for cell in notebook.cells:
@@ -281,7 +299,7 @@ def refresh_result(name: str, out_dir: Path = CHAPTERS_OUT, repeats: dict | None
                 counts = re.search(r"\d+ claims? judged against their criteria:", text)
                 headline = text[: counts.start()] if counts else text
             rows = results.get("claims", [])
-            restated = verdict_summary(rows, headline, repeats, registrations(name, rows))
+            restated = verdict_summary(rows, headline, repeats, registrations(name, rows), apart)
             if restated != text:
                 output["data"][RESULT_MIME] = restated
                 changed = True
@@ -326,7 +344,8 @@ def save_results(results: dict, rerun: dict | None = None, headline: str = "") -
     glue("trained_on", provenance.built_on(times), display=False)
     repeats = claims.load_repeats().get(results["chapter"], {})  # shown in the tables, not counted
     rows = results.get("claims", [])
-    result = verdict_summary(rows, headline, repeats, registrations(results["chapter"], rows))
+    apart = claims.load_apart().get(results["chapter"], {})
+    result = verdict_summary(rows, headline, repeats, registrations(results["chapter"], rows), apart)
     glue(RESULT_GLUE, Markdown(result), display=False)
     print(f"chapter computed in {results['seconds']:.0f} s")
 
@@ -441,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
                 if row.state == "fresh" and refresh_narrative(row.name):
                     print(f"[resid] chapter {row.name}: narrative copied from its source (nothing executed)")
                 if row.state == "fresh" and refresh_result(row.name):
-                    print(f"[resid] chapter {row.name}: result re-stated from its JSON and repeats.toml")
+                    print(f"[resid] chapter {row.name}: result re-stated from its JSON and what is counted")
             if not todo:
                 print("[resid] every chapter is fresh: nothing to execute")
             elif args.no_execute:

@@ -53,6 +53,38 @@ def load_repeats(path: Path | None = None) -> dict[str, dict[str, dict]]:
     return tomllib.loads(path.read_text()).get("repeats", {}) if path.exists() else {}
 
 
+def load_apart(path: Path | None = None) -> dict[str, dict[str, dict]]:
+    """Claims that cannot count as a replication (``notebooks/apart.toml``): ``{chapter: {claim:
+    {"kind": "positive control" | "trained on its metric", "why": text}}}``."""
+    path = path or book_folder("notebooks") / "apart.toml"
+    return tomllib.loads(path.read_text()).get("apart", {}) if path.exists() else {}
+
+
+NOT_MEASURED = "not measured"
+
+
+def not_counted(rows: list[dict], repeats: dict | None = None, apart: dict | None = None) -> dict[str, str]:
+    """A chapter's claims that are shown and not counted, by id, each with why in a few words:
+    ``"repeats `other`"`` (its ``repeats`` entry), its ``apart`` entry's kind, or "not measured"
+    for a row whose estimate is not a finite number (an inconclusive verdict that judged nothing).
+    ``repeats`` and ``apart``: the chapter's entries of ``repeats.toml`` and ``apart.toml``."""
+    repeats, apart = repeats or {}, apart or {}
+    reasons = {}
+    for row in rows:
+        claim, estimate = row.get("id"), row.get("estimate")
+        if claim in repeats:
+            reasons[claim] = f"repeats `{repeats[claim]['same_as']}`"
+        elif claim in apart:
+            reasons[claim] = apart[claim]["kind"]
+        elif claim is not None and "estimate" in row and not _finite(estimate):
+            reasons[claim] = NOT_MEASURED
+    return reasons
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
 def equal_measurements(rows: list[dict]) -> list[tuple[str, str]]:
     """Pairs of a chapter's claims (earlier, later) with the same estimate and interval: a repeat
     of one measurement, or a coincidence on independent data, which ``repeats.toml`` names."""
