@@ -615,9 +615,9 @@ display(Markdown(f"**Takeaways.** {answer}"))
 # the opening box's result: the same verdicts, in two sentences a newcomer can read
 if n_powered >= 2:
     headline = (
-        "What the symmetry forces holds (the checks): AdamW's heavy-tailed coordinates follow the basis its "
-        "moments are kept in, and the optimisers without a per-coordinate normaliser leave the stream looking "
-        f"like a random rotation of itself. {said}"
+        "What the symmetry forces holds (the checks): AdamW's heavy-tailed coordinates follow the basis "
+        "its moments are kept in, and the optimisers without a per-coordinate normaliser leave the stream "
+        f"looking like a random rotation of itself. {said}"
         + (" (" + "; ".join(f"lr {lr:g}: {v}" for lr, (_, v) in heavy.items()) + ")" if heavy else "")
         + (f"; at lr {', '.join(f'{lr:g}' for lr in early)} the comparison is read before AdamW's own "
            "privileged basis has grown, so it cannot tell." if early else ".")
