@@ -89,8 +89,6 @@ def site_url(config: Path = ROOT / "book" / "_config.yml") -> str | None:
     """Where the book is published: ``html.baseurl`` in its configuration, else GitHub Pages'
     address for the repository it names (``https://github.com/<owner>/<name>`` ->
     ``https://<owner>.github.io/<name>/``); None when it names neither (a fresh clone)."""
-    import re
-
     import yaml
 
     settings = yaml.safe_load(config.read_text())
